@@ -1,0 +1,208 @@
+"""The PPO2 learner: trains the actor-critic on one [T, K] trajectory batch.
+
+One call of ``train(batch)`` is one training iteration:
+
+1. update the observation normalizer with the batch's raw observations;
+2. compute GAE advantages and lambda-returns from the rollout-time values;
+3. ``num_epochs`` passes over shuffled minibatches of ``mini_batch_size`` samples,
+   each an Adam step on the PPO loss with global-norm gradient clipping.
+
+The learner owns the model, optimizer, normalizer and its shuffling RNG; all of
+them are in ``state_dict()`` for checkpoints, and ``weight_arrays()`` is what the
+actors receive.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import gin
+import numpy as np
+import torch
+
+from alf_async.algorithms.ppo_loss import ppo_loss
+from alf_async.algorithms.value_ops import explained_variance, generalized_advantage_estimation
+from alf_async.networks import ActorCritic
+from alf_async.utils.normalizer import RunningNormalizer
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient became NaN or infinite during training."""
+
+
+def policy_weight_arrays(model: ActorCritic,
+                         normalizer: RunningNormalizer) -> Dict[str, np.ndarray]:
+    """What an actor needs to act: parameters (float32) and normalizer stats."""
+    arrays = {f"param/{k}": v.detach().cpu().numpy().astype(np.float32, copy=True)
+              for k, v in model.state_dict().items()}
+    arrays.update({f"normalizer/{k}": v for k, v in normalizer.state_arrays().items()})
+    return arrays
+
+
+def load_policy_weight_arrays(model: ActorCritic, normalizer: RunningNormalizer,
+                              arrays: Mapping[str, np.ndarray]) -> None:
+    """Inverse of ``policy_weight_arrays``."""
+    model.load_state_dict({k[len("param/"):]: torch.from_numpy(np.array(v))
+                           for k, v in arrays.items() if k.startswith("param/")})
+    normalizer.load_state_arrays({k[len("normalizer/"):]: v for k, v in arrays.items()
+                                  if k.startswith("normalizer/")})
+
+
+@gin.configurable
+class PPOLearner:
+    """PPO2 on whole trajectory batches.
+
+    Args:
+        observation_dim: O.
+        action_dim: A.
+        num_epochs: passes over the batch per training iteration.
+        mini_batch_size: samples per gradient step (<= T * K). Each pass uses
+            floor(T * K / mini_batch_size) minibatches; the remainder of the
+            shuffled samples waits for the next pass.
+        learning_rate: Adam step size.
+        adam_epsilon: Adam's epsilon.
+        max_grad_norm: global-norm gradient clipping threshold (0 disables).
+        clip_ratio: PPO's epsilon for the importance-ratio clip.
+        value_loss_weight: weight of the squared value loss.
+        entropy_coef: weight of the entropy bonus.
+        gamma: discount.
+        gae_lambda: GAE's lambda.
+        normalize_advantages: normalize advantages per minibatch.
+        normalize_observations: keep running observation statistics and feed
+            normalized observations to the networks.
+        reward_scale: rewards are multiplied by this before GAE.
+        device: torch device of the learner ("cpu", "cuda", "auto" = cuda if available).
+            Actors always act on the CPU.
+        seed: seeds the model initialization and the minibatch shuffling.
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int, num_epochs: int = 20,
+                 mini_batch_size: int = 4096, learning_rate: float = 3e-4,
+                 adam_epsilon: float = 1e-5, max_grad_norm: float = 0.5,
+                 clip_ratio: float = 0.2, value_loss_weight: float = 0.5,
+                 entropy_coef: float = 1e-2, gamma: float = 0.99,
+                 gae_lambda: float = 0.95, normalize_advantages: bool = True,
+                 normalize_observations: bool = True, reward_scale: float = 1.0,
+                 device: str = "cpu", seed: int = 0):
+        self.num_epochs = int(num_epochs)
+        self.mini_batch_size = int(mini_batch_size)
+        self.max_grad_norm = max_grad_norm
+        self.clip_ratio = clip_ratio
+        self.value_loss_weight = value_loss_weight
+        self.entropy_coef = entropy_coef
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        self.normalize_advantages = normalize_advantages
+        self.normalize_observations = normalize_observations
+        self.reward_scale = reward_scale
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.model = ActorCritic(observation_dim, action_dim).to(self.device)
+        self.normalizer = RunningNormalizer(observation_dim)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate,
+                                          eps=adam_epsilon)
+        self.generator = torch.Generator().manual_seed(seed + 1)
+        self.iteration = 0
+
+    def check_batch_size(self, unroll_length: int, num_envs: int) -> None:
+        """Raise ValueError if the minibatch cannot be drawn from T * K samples."""
+        if self.mini_batch_size > unroll_length * num_envs:
+            raise ValueError(
+                f"PPOLearner.mini_batch_size={self.mini_batch_size} is larger than one "
+                f"batch of unroll_length * num_envs = {unroll_length} * {num_envs} = "
+                f"{unroll_length * num_envs} samples; lower mini_batch_size or raise "
+                f"unroll_length/num_envs")
+
+    def weight_arrays(self) -> Dict[str, np.ndarray]:
+        return policy_weight_arrays(self.model, self._actor_normalizer())
+
+    def _actor_normalizer(self) -> RunningNormalizer:
+        if self.normalize_observations:
+            return self.normalizer
+        identity = RunningNormalizer(self.normalizer.dim)
+        return identity
+
+    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.normalize(obs) if self.normalize_observations else obs
+
+    def train(self, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:
+        """One training iteration on a trajectory batch.
+
+        Args:
+            batch: arrays of one actor's unroll: observation [T, K, O], action
+                [T, K, A], reward/terminated/truncated/log_prob/value/
+                truncation_value [T, K], bootstrap_value [K].
+        Returns:
+            Scalar statistics averaged over the gradient steps.
+        """
+        dev = self.device
+        t = {k: torch.as_tensor(np.asarray(v)).to(dev) for k, v in batch.items()}
+        T, K = t["reward"].shape
+        if self.normalize_observations:
+            self.normalizer.update(np.asarray(batch["observation"]))
+        advantages, returns = generalized_advantage_estimation(
+            t["reward"] * self.reward_scale, t["value"], t["terminated"], t["truncated"],
+            t["truncation_value"], t["bootstrap_value"], self.gamma, self.gae_lambda)
+        n = T * K
+        obs = self._normalize(t["observation"].reshape(n, -1))
+        action = t["action"].reshape(n, -1)
+        old_log_prob = t["log_prob"].reshape(n)
+        advantages, returns = advantages.reshape(n), returns.reshape(n)
+        totals: Dict[str, float] = {}
+        steps = 0
+        mb = min(self.mini_batch_size, n)
+        for _ in range(self.num_epochs):
+            order = torch.randperm(n, generator=self.generator).to(dev)
+            for start in range(0, n - mb + 1, mb):
+                idx = order[start:start + mb]
+                dist = self.model.actor(obs[idx])
+                out = ppo_loss(dist.log_prob(action[idx]).sum(-1), old_log_prob[idx],
+                               advantages[idx], self.model.value(obs[idx]), returns[idx],
+                               dist.entropy().sum(-1), self.clip_ratio,
+                               self.value_loss_weight, self.entropy_coef,
+                               self.normalize_advantages)
+                self.optimizer.zero_grad(set_to_none=True)
+                out.loss.backward()
+                params = [p for p in self.model.parameters() if p.grad is not None]
+                if self.max_grad_norm > 0:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                else:
+                    grad_norm = torch.linalg.vector_norm(
+                        torch.stack([p.grad.norm() for p in params]))
+                if not (torch.isfinite(out.loss) and torch.isfinite(grad_norm)):
+                    raise NonFiniteError(
+                        f"non-finite {'loss' if not torch.isfinite(out.loss) else 'gradient norm'}"
+                        f" at training iteration {self.iteration}, epoch pass "
+                        f"{steps // max(1, n // mb)}: loss={out.loss.item()}, "
+                        f"grad_norm={grad_norm.item()}")
+                self.optimizer.step()
+                for key, value in out.stats.items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
+                steps += 1
+        stats = {k: v / max(steps, 1) for k, v in totals.items()}
+        stats["explained_variance"] = explained_variance(t["value"].reshape(n), returns)
+        stats["action_std"] = float(self.model.actor.log_std.detach().exp().mean())
+        stats["gradient_steps"] = float(steps)
+        self.iteration += 1
+        return stats
+
+    def state_dict(self) -> Dict[str, object]:
+        """Everything needed to continue training (tensors and plain values)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "normalizer": self.normalizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "iteration": self.iteration,
+        }
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.normalizer.load_state_dict(state["normalizer"])
+        self.generator.set_state(state["generator"])
+        self.iteration = int(state["iteration"])
+

@@ -1,0 +1,73 @@
+"""The PPO2 loss, as pure functions on a minibatch of B samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+import torch
+
+
+def normalize_advantages(advantages: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
+    """(A - mean(A)) / (std(A) + eps) over the minibatch; A [B]."""
+    return (advantages - advantages.mean()) / (advantages.std(unbiased=False) + epsilon)
+
+
+def clipped_surrogate_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                           advantages: torch.Tensor, clip_ratio: float) -> torch.Tensor:
+    """Per-sample PPO policy loss [B].
+
+    ratio = exp(log pi(a|s) - log mu(a|s))   (mu: the behaviour policy)
+    loss  = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)
+
+    The gradient is zero where the clip is active on the side that would increase
+    the objective (ratio > 1 + eps with A > 0, ratio < 1 - eps with A < 0).
+    """
+    ratio = torch.exp(log_prob - old_log_prob)
+    clipped = torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    return -torch.min(ratio * advantages, clipped * advantages)
+
+
+@dataclass
+class PPOLossOutput:
+    """The scalar loss to minimize and detached statistics."""
+
+    loss: torch.Tensor
+    stats: Dict[str, torch.Tensor]
+
+
+def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+             advantages: torch.Tensor, value: torch.Tensor, returns: torch.Tensor,
+             entropy: torch.Tensor, clip_ratio: float = 0.2,
+             value_loss_weight: float = 0.5, entropy_coef: float = 1e-2,
+             normalize_advantage: bool = True) -> PPOLossOutput:
+    """PPO2 loss for a minibatch.
+
+    loss = mean(policy_loss) + value_loss_weight * mean((V(s) - R)^2)
+           - entropy_coef * mean(entropy)
+
+    Args:
+        log_prob: [B] log pi(a|s) under the current policy (sum over action dims).
+        old_log_prob: [B] log mu(a|s) recorded by the actor.
+        advantages: [B] GAE advantages (normalized here if normalize_advantage).
+        value: [B] V(s) under the current value network.
+        returns: [B] lambda-returns, the value targets.
+        entropy: [B] entropy of pi(.|s).
+    """
+    if normalize_advantage:
+        advantages = normalize_advantages(advantages)
+    policy_loss = clipped_surrogate_loss(log_prob, old_log_prob, advantages, clip_ratio).mean()
+    value_loss = ((value - returns) ** 2).mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss + value_loss_weight * value_loss - entropy_coef * entropy_mean
+    with torch.no_grad():
+        log_ratio = log_prob - old_log_prob
+        ratio = log_ratio.exp()
+        stats = {
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "clip_fraction": ((ratio - 1.0).abs() > clip_ratio).float().mean(),
+        }
+    return PPOLossOutput(loss, stats)

@@ -1,0 +1,81 @@
+"""Advantage and return computation, as pure functions.
+
+All tensors are time-major: T = unroll length, K = number of envs.
+
+Each step t of env k carries whether the episode ended *at* that step:
+``terminated[t, k]`` (a terminal state: the future is worth 0) or
+``truncated[t, k]`` (cut by a time limit: the future is worth V(s_final), which the
+actor evaluated at rollout time as ``truncation_value[t, k]``). After an ended step,
+``values[t + 1, k]`` belongs to a new episode and must not be bootstrapped from.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+
+def next_state_values(values: torch.Tensor, terminated: torch.Tensor,
+                      truncated: torch.Tensor, truncation_value: torch.Tensor,
+                      bootstrap_value: torch.Tensor) -> torch.Tensor:
+    """The value of the state reached by each step.
+
+    v'[t] = 0                      if terminated[t]
+          = truncation_value[t]    if truncated[t]
+          = values[t + 1]          otherwise (bootstrap_value for t = T - 1)
+
+    Args:
+        values: [T, K] V(s_t) from the behaviour policy.
+        terminated, truncated: [T, K] bool.
+        truncation_value: [T, K] V(final observation) where truncated.
+        bootstrap_value: [K] V(s_T), the state after the last step.
+    Returns:
+        [T, K] float tensor.
+    """
+    following = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
+    following = torch.where(truncated, truncation_value, following)
+    return torch.where(terminated, torch.zeros_like(following), following)
+
+
+def generalized_advantage_estimation(
+        rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor,
+        truncated: torch.Tensor, truncation_value: torch.Tensor,
+        bootstrap_value: torch.Tensor, gamma: float,
+        gae_lambda: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """GAE(lambda) advantages and lambda-returns for a [T, K] unroll.
+
+    delta[t] = r[t] + gamma * v'[t] - V(s_t)           (v' from next_state_values)
+    A[t]     = delta[t] + gamma * lambda * (1 - done[t]) * A[t + 1],   A[T] = 0
+    R[t]     = A[t] + V(s_t)
+    where done[t] = terminated[t] or truncated[t] cuts the recursion at episode ends.
+
+    Args:
+        rewards: [T, K] rewards r_t.
+        values, terminated, truncated, truncation_value, bootstrap_value: see
+            ``next_state_values``.
+        gamma: discount in [0, 1].
+        gae_lambda: lambda in [0, 1].
+    Returns:
+        (advantages [T, K], returns [T, K]).
+    """
+    terminated = terminated.bool()
+    truncated = truncated.bool()
+    next_values = next_state_values(values, terminated, truncated, truncation_value,
+                                    bootstrap_value)
+    deltas = rewards + gamma * next_values - values
+    continues = (~(terminated | truncated)).to(rewards.dtype)
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * gae_lambda * continues[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target); nan when Var(target) is 0."""
+    var_target = torch.var(target, unbiased=False)
+    if var_target.item() == 0:
+        return float("nan")
+    return float(1.0 - torch.var(target - predicted, unbiased=False) / var_target)

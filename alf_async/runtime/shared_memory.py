@@ -1,0 +1,185 @@
+"""Named blocks of shared memory holding several numpy arrays.
+
+A ``SharedArrays`` block is one file in ``/dev/shm`` (a tmpfs on Linux) mapped into
+every process that uses it. The creating process owns the block and unlinks it on
+``close()``; other processes ``attach()`` by name and only unmap it. We manage the
+files ourselves instead of using ``multiprocessing.shared_memory`` so that attaching
+processes do not register the block with Python's resource tracker (which, before
+Python 3.13, unlinks or warns about blocks it does not own).
+
+Block names are ``alfa_<owner pid>_<random>``. ``sweep_stale_blocks()`` removes
+blocks whose owner process no longer exists, so that even a run killed with SIGKILL
+leaves nothing behind once the next run starts. ``list_blocks()`` lets tests check
+for leaks.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+BLOCK_PREFIX = "alfa_"
+_ALIGN = 64
+
+
+def shm_directory() -> str:
+    """The directory holding shared-memory files: /dev/shm when it exists."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Shape and dtype of one array of a block."""
+
+    shape: Tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def _layout(specs: Mapping[str, ArraySpec]) -> Tuple[Dict[str, int], int]:
+    offsets, offset = {}, 0
+    for name, spec in specs.items():
+        offsets[name] = offset
+        offset += (spec.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+    return offsets, max(offset, _ALIGN)
+
+
+class SharedArrays:
+    """A set of named numpy arrays living in one shared-memory block.
+
+    Use ``SharedArrays.create(specs)`` in the owner and
+    ``SharedArrays.attach(name, specs)`` elsewhere; ``arrays[name]`` is a numpy
+    view on the shared bytes. The spec dict (picklable) travels to other processes
+    together with ``name``.
+    """
+
+    def __init__(self, name: str, specs: Mapping[str, ArraySpec], owner: bool,
+                 fd: int, size: int):
+        self.name = name
+        self.specs = dict(specs)
+        self.owner = owner
+        self._size = size
+        self._mmap: Optional[mmap.mmap] = mmap.mmap(fd, size)
+        os.close(fd)
+        offsets, _ = _layout(self.specs)
+        self.arrays: Dict[str, np.ndarray] = {}
+        for key, spec in self.specs.items():
+            count = int(np.prod(spec.shape, dtype=np.int64))
+            self.arrays[key] = np.frombuffer(
+                self._mmap, dtype=spec.dtype, count=count,
+                offset=offsets[key]).reshape(spec.shape)
+        if owner:
+            # Safety net (runs at interpreter exit or garbage collection) for
+            # paths where close() is never called explicitly.
+            self._finalizer = weakref.finalize(self, _unlink_quietly, self.path)
+
+    @property
+    def path(self) -> str:
+        return os.path.join(shm_directory(), self.name)
+
+    @classmethod
+    def create(cls, specs: Mapping[str, ArraySpec], tag: str = "") -> "SharedArrays":
+        """Create and zero a new block owned by the calling process."""
+        _, size = _layout(specs)
+        suffix = f"{tag}_" if tag else ""
+        name = f"{BLOCK_PREFIX}{os.getpid()}_{suffix}{secrets.token_hex(4)}"
+        path = os.path.join(shm_directory(), name)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(path)
+            raise
+        return cls(name, specs, owner=True, fd=fd, size=size)
+
+    @classmethod
+    def attach(cls, name: str, specs: Mapping[str, ArraySpec]) -> "SharedArrays":
+        """Map an existing block created by another process."""
+        path = os.path.join(shm_directory(), name)
+        fd = os.open(path, os.O_RDWR)
+        size = os.fstat(fd).st_size
+        expected = _layout(specs)[1]
+        if size != expected:
+            os.close(fd)
+            raise ValueError(
+                f"shared-memory block {name} has {size} bytes, expected {expected}")
+        return cls(name, specs, owner=False, fd=fd, size=size)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    def close(self) -> None:
+        """Unmap the block; the owner also unlinks it. Safe to call twice."""
+        if self.owner:
+            _unlink_quietly(self.path)
+            self._finalizer.detach()
+        self.arrays = {}
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:
+                # Someone still holds a numpy view; the mapping ends with the
+                # process. The file itself is already unlinked.
+                pass
+            self._mmap = None
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def list_blocks(owner_pid: Optional[int] = None) -> List[str]:
+    """Names of alf_async blocks present now (optionally of one owner pid)."""
+    prefix = BLOCK_PREFIX if owner_pid is None else f"{BLOCK_PREFIX}{owner_pid}_"
+    try:
+        return sorted(n for n in os.listdir(shm_directory()) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner_pid(name: str) -> Optional[int]:
+    try:
+        return int(name[len(BLOCK_PREFIX):].split("_", 1)[0])
+    except ValueError:
+        return None
+
+
+def sweep_stale_blocks() -> List[str]:
+    """Unlink blocks whose owner process is gone; returns the names removed."""
+    removed = []
+    for name in list_blocks():
+        pid = _owner_pid(name)
+        if pid is not None and not _pid_alive(pid):
+            _unlink_quietly(os.path.join(shm_directory(), name))
+            removed.append(name)
+    return removed
+
+
+def iter_specs(arrays: Mapping[str, np.ndarray]) -> Iterator[Tuple[str, ArraySpec]]:
+    """Specs describing existing arrays, e.g. to allocate a matching block."""
+    for key, value in arrays.items():
+        yield key, ArraySpec(tuple(value.shape), value.dtype.str)

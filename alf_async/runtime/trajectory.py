@@ -1,0 +1,101 @@
+"""The trajectory an actor hands to the learner, and its shared-memory slots.
+
+One trajectory is an unroll of T steps on K envs (time-major):
+
+| field            | shape      | dtype   | meaning                                    |
+|------------------|------------|---------|--------------------------------------------|
+| observation      | [T, K, O]  | float32 | raw observation s_t the policy acted on     |
+| action           | [T, K, A]  | float32 | sampled action a_t (env gets it clipped)    |
+| reward           | [T, K]     | float32 | r_t                                         |
+| terminated       | [T, K]     | bool    | episode reached a terminal state at t       |
+| truncated        | [T, K]     | bool    | episode hit its time limit at t             |
+| log_prob         | [T, K]     | float32 | log mu(a_t | s_t) of the behaviour policy   |
+| value            | [T, K]     | float32 | V(s_t) of the behaviour value network       |
+| truncation_value | [T, K]     | float32 | V(final obs) where truncated, else 0        |
+| bootstrap_value  | [K]        | float32 | V(s_T) after the last step                  |
+
+The policy version that acted, timings and finished episodes travel in the small
+message that announces the batch (``runtime.messages``).
+
+``TrajectorySlots`` preallocates S slots of this layout in one shared-memory block;
+slot s of field f is ``slots[f][s]``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from alf_async.runtime.shared_memory import ArraySpec, SharedArrays
+
+_FIELDS = {
+    "observation": ("obs", "float32"),
+    "action": ("act", "float32"),
+    "reward": ((), "float32"),
+    "terminated": ((), "bool"),
+    "truncated": ((), "bool"),
+    "log_prob": ((), "float32"),
+    "value": ((), "float32"),
+    "truncation_value": ((), "float32"),
+}
+
+
+def trajectory_specs(unroll_length: int, num_envs: int, observation_dim: int,
+                     action_dim: int, num_slots: Optional[int] = None) -> Dict[str, ArraySpec]:
+    """Array specs of a trajectory, with a leading slot dim if ``num_slots``."""
+    lead = () if num_slots is None else (num_slots,)
+    specs = {}
+    for name, (extra, dtype) in _FIELDS.items():
+        tail = {"obs": (observation_dim,), "act": (action_dim,)}.get(extra, extra)
+        specs[name] = ArraySpec(lead + (unroll_length, num_envs) + tuple(tail), dtype)
+    specs["bootstrap_value"] = ArraySpec(lead + (num_envs,), "float32")
+    return specs
+
+
+def trajectory_nbytes(unroll_length: int, num_envs: int, observation_dim: int,
+                      action_dim: int) -> int:
+    """Bytes of one trajectory."""
+    return sum(s.nbytes for s in trajectory_specs(
+        unroll_length, num_envs, observation_dim, action_dim).values())
+
+
+def allocate_trajectory(unroll_length: int, num_envs: int, observation_dim: int,
+                        action_dim: int) -> Dict[str, np.ndarray]:
+    """A private (non-shared) trajectory buffer."""
+    return {k: np.zeros(s.shape, s.dtype) for k, s in trajectory_specs(
+        unroll_length, num_envs, observation_dim, action_dim).items()}
+
+
+class TrajectorySlots:
+    """S preallocated trajectory buffers in one shared-memory block."""
+
+    def __init__(self, block: SharedArrays):
+        self.block = block
+        self.num_slots = next(iter(block.arrays.values())).shape[0]
+
+    @classmethod
+    def create(cls, num_slots: int, unroll_length: int, num_envs: int,
+               observation_dim: int, action_dim: int) -> "TrajectorySlots":
+        specs = trajectory_specs(unroll_length, num_envs, observation_dim, action_dim,
+                                 num_slots)
+        return cls(SharedArrays.create(specs, tag="traj"))
+
+    @classmethod
+    def attach(cls, name: str, specs: Dict[str, ArraySpec]) -> "TrajectorySlots":
+        return cls(SharedArrays.attach(name, specs))
+
+    @property
+    def name(self) -> str:
+        return self.block.name
+
+    @property
+    def specs(self) -> Dict[str, ArraySpec]:
+        return self.block.specs
+
+    def slot(self, index: int) -> Dict[str, np.ndarray]:
+        """Views [T, K, ...] of slot ``index`` (no copy)."""
+        return {k: v[index] for k, v in self.block.arrays.items()}
+
+    def close(self) -> None:
+        self.block.close()

@@ -1,0 +1,96 @@
+"""A versioned store of policy weights in shared memory.
+
+The learner ``publish``es a dict of arrays (parameters and normalizer statistics)
+with a version number after every training iteration; actors ``read_newer`` it
+when they start an unroll. A sequence lock makes reads tear-free without a lock
+that a killed process could leave held: the writer makes the sequence counter odd
+while writing and even when done; a reader copies the arrays and retries if the
+counter was odd or changed during the copy. There is one writer (the learner).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from alf_async.runtime.shared_memory import ArraySpec, SharedArrays, iter_specs
+
+_META = "__meta__"  # int64 [2]: sequence counter, version
+
+
+def weights_digest(arrays: Mapping[str, np.ndarray]) -> int:
+    """A CRC32 of all arrays' bytes in key order; equal weights give equal digests."""
+    crc = 0
+    for key in sorted(arrays):
+        crc = zlib.crc32(np.ascontiguousarray(arrays[key]).view(np.uint8), crc)
+    return crc
+
+
+class WeightStore:
+    """Versioned weights shared by one writer and many readers."""
+
+    def __init__(self, block: SharedArrays):
+        self.block = block
+        self._meta = block.arrays[_META]
+
+    @classmethod
+    def create(cls, example: Mapping[str, np.ndarray]) -> "WeightStore":
+        """A store for arrays shaped like ``example``; version starts at -1 (empty)."""
+        specs = dict(iter_specs(example))
+        specs[_META] = ArraySpec((2,), "int64")
+        store = cls(SharedArrays.create(specs, tag="weights"))
+        store._meta[:] = (0, -1)
+        return store
+
+    @classmethod
+    def attach(cls, name: str, specs: Dict[str, ArraySpec]) -> "WeightStore":
+        return cls(SharedArrays.attach(name, specs))
+
+    @property
+    def name(self) -> str:
+        return self.block.name
+
+    @property
+    def specs(self) -> Dict[str, ArraySpec]:
+        return self.block.specs
+
+    @property
+    def version(self) -> int:
+        return int(self._meta[1])
+
+    def publish(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
+        """Write all arrays and set ``version`` (the learner only)."""
+        self._meta[0] += 1  # odd: write in progress
+        for key, value in arrays.items():
+            self.block.arrays[key][...] = value
+        self._meta[1] = version
+        self._meta[0] += 1  # even: consistent
+
+    def read_newer(self, known_version: int, timeout_s: Optional[float] = None
+                   ) -> Optional[Tuple[int, Dict[str, np.ndarray]]]:
+        """Copy the weights if their version is newer than ``known_version``.
+
+        Returns (version, arrays) or None if nothing newer is published. With
+        ``timeout_s`` it waits up to that long for a newer version.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            seq = int(self._meta[0])
+            version = int(self._meta[1])
+            if seq % 2 == 0 and version > known_version:
+                copies = {k: v.copy() for k, v in self.block.arrays.items() if k != _META}
+                if int(self._meta[0]) == seq:
+                    return version, copies
+                continue
+            if seq % 2 == 1:
+                time.sleep(0)
+                continue
+            if deadline is None or time.monotonic() > deadline:
+                return None
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.block.close()

@@ -1,0 +1,80 @@
+"""Running mean and variance of observations, for observation normalization.
+
+The learner owns one ``RunningNormalizer``, updates it with every training batch
+and ships its statistics (``state_arrays()``) to the actors with the weights, so
+that actors and learner normalize identically.
+
+Statistics are exact over all data seen (Chan et al.'s parallel merge of
+count/mean/M2 in float64), so after updating with batches x_1..x_n the mean and the
+population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import gin
+import numpy as np
+import torch
+
+
+@gin.configurable
+class RunningNormalizer:
+    """Normalizes vectors of size D with running statistics.
+
+    Args:
+        dim: D, the size of the normalized vectors.
+        clip: normalized values are clipped to [-clip, clip] (0 disables clipping).
+        epsilon: added to the variance before the square root.
+    """
+
+    def __init__(self, dim: int, clip: float = 10.0, epsilon: float = 1e-8):
+        self.dim = dim
+        self.clip = clip
+        self.epsilon = epsilon
+        self.count = 0.0
+        self.mean = np.zeros(dim, np.float64)
+        self.m2 = np.zeros(dim, np.float64)
+
+    @property
+    def var(self) -> np.ndarray:
+        """Population variance [D] of all data seen (0 before any data)."""
+        return self.m2 / self.count if self.count > 0 else np.ones(self.dim)
+
+    def update(self, x: np.ndarray) -> None:
+        """Add a batch x [..., D] to the statistics."""
+        x = np.asarray(x, np.float64).reshape(-1, self.dim)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean = x.mean(axis=0)
+        batch_m2 = ((x - batch_mean) ** 2).sum(axis=0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.m2 = self.m2 + batch_m2 + delta ** 2 * (self.count * n / total)
+        self.count = total
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """(x - mean) / sqrt(var + eps), clipped; x [..., D] float32 tensor."""
+        mean = torch.as_tensor(self.mean, dtype=x.dtype, device=x.device)
+        std = torch.as_tensor(np.sqrt(self.var + self.epsilon), dtype=x.dtype,
+                              device=x.device)
+        y = (x - mean) / std
+        return y.clamp(-self.clip, self.clip) if self.clip > 0 else y
+
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """Statistics as arrays: count [1], mean [D], m2 [D] (float64)."""
+        return {"count": np.array([self.count]), "mean": self.mean.copy(),
+                "m2": self.m2.copy()}
+
+    def load_state_arrays(self, state: Dict[str, np.ndarray]) -> None:
+        self.count = float(np.asarray(state["count"]).reshape(-1)[0])
+        self.mean = np.array(state["mean"], np.float64).reshape(self.dim)
+        self.m2 = np.array(state["m2"], np.float64).reshape(self.dim)
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(np.array(v)) for k, v in self.state_arrays().items()}
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        self.load_state_arrays({k: v.numpy() for k, v in state.items()})

@@ -1,0 +1,40 @@
+"""Install alf_async.
+
+Torch is required as ``torch>=2.1`` so that an installed build (CPU or CUDA) is
+kept; the README's install command pins the CPU wheel for a fresh machine.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="alf_async",
+    version="0.1.0",
+    description="Synchronous and asynchronous PPO on batched PyBullet environments, "
+                "configured with gin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["alf_async", "alf_async.*"]),
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.1",
+        "gin-config>=0.5",
+        "gymnasium>=0.29",
+        "pybullet>=3.2.5",
+        "pybullet_envs_gymnasium>=0.6",
+        "numpy>=1.24",
+        "absl-py>=1.4",
+        "tensorboard>=2.14",
+        "psutil>=5.9",
+        "imageio>=2.31",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "test": ["pytest>=7.4", "pytest-timeout>=2.1"],
+    },
+    entry_points={
+        "console_scripts": [
+            "alf_async_train=alf_async.bin.train:run_main",
+        ],
+    },
+)
