@@ -82,6 +82,9 @@ class Trainer:
         max_episode_steps: override of the env's time limit (None keeps it).
         max_trajectory_memory_gb: refuse configurations whose trajectory slots
             (N * slots_per_actor * one trajectory) would need more shared memory.
+        learner_num_threads: torch CPU threads of the learner (0 keeps torch's
+            default, one per core). On small machines running actors beside the
+            learner, 1 avoids threads competing with the actors for cores.
         policy_factory: for tests of the runtime: builds the actors' policy
             (default: the learner's actor-critic).
     """
@@ -92,7 +95,7 @@ class Trainer:
                  num_env_steps: int = 0, num_iterations: int = 0, seed: int = 0,
                  backend: str = "process", checkpoint_interval: int = 20,
                  max_actor_restarts: int = 3, max_episode_steps: Optional[int] = None,
-                 max_trajectory_memory_gb: float = 8.0,
+                 max_trajectory_memory_gb: float = 8.0, learner_num_threads: int = 0,
                  policy_factory: Optional[Callable] = None):
         for name in ("num_envs", "num_actors", "unroll_length", "slots_per_actor",
                      "checkpoint_interval"):
@@ -142,6 +145,10 @@ class Trainer:
         self.observation_dim = observation_dim
         self.action_dim = action_dim
         os.makedirs(self.root_dir, exist_ok=True)
+        if learner_num_threads < 0:
+            raise ConfigError(f"Trainer.learner_num_threads must be >= 0, got {learner_num_threads}")
+        if learner_num_threads:
+            torch.set_num_threads(learner_num_threads)
         self.learner = PPOLearner(observation_dim, action_dim, seed=seed)
         try:
             self.learner.check_batch_size(unroll_length, num_envs)

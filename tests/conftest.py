@@ -1,0 +1,65 @@
+"""Shared fixtures: every test is checked for leaked processes and shared memory.
+
+``no_leaks`` (autouse) records the test process's children and the alf_async
+shared-memory blocks before a test and fails the test if new ones are still there
+a few seconds after it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import psutil
+import pytest
+
+from alf_async.runtime.shared_memory import list_blocks
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _children():
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail a test that leaves child processes or shared-memory blocks behind."""
+    children_before = _children()
+    blocks_before = set(list_blocks())
+    yield
+    # The resource tracker of multiprocessing is a legitimate long-lived child.
+    def leftover_children():
+        extra = set()
+        for pid in _children() - children_before:
+            try:
+                cmd = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if "resource_tracker" in cmd or "forkserver" in cmd:
+                continue
+            extra.add((pid, cmd))
+        return extra
+
+    wait_until(lambda: not leftover_children(), timeout=10.0)
+    assert not leftover_children(), f"child processes left behind: {leftover_children()}"
+    wait_until(lambda: not (set(list_blocks()) - blocks_before), timeout=5.0)
+    leaked = set(list_blocks()) - blocks_before
+    assert not leaked, f"shared-memory blocks left behind: {sorted(leaked)}"
+
+
+@pytest.fixture
+def train_cmd():
+    """The train command as a user runs it, for subprocess tests."""
+    return [sys.executable, "-m", "alf_async.bin.train"]
