@@ -21,7 +21,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Deque, Dict, Optional, Tuple
 
 import gin
 
@@ -69,6 +69,28 @@ def format_count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def truncate_metrics_file(path: str, last_iteration: int) -> None:
+    """Keep only the records of iterations <= ``last_iteration`` (atomic rewrite).
+
+    A partly written last line (a crash mid-write) is dropped too.
+    """
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if int(record.get("iteration", 0)) <= last_iteration:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
 @gin.configurable
 class MetricsRecorder:
     """Writes per-iteration metrics to jsonl, TensorBoard and the console.
@@ -79,19 +101,28 @@ class MetricsRecorder:
             iteration).
         return_window: finished episodes averaged for the reported return.
         tensorboard: write TensorBoard event files.
+        resume_from: (iteration, env_steps) of the checkpoint a resumed run starts
+            from: records of later iterations (written before a crash) are
+            removed from the metrics file and purged from TensorBoard, so that
+            counters never go backward.
     """
 
     def __init__(self, root_dir: str, console_interval_s: float = 5.0,
-                 return_window: int = 100, tensorboard: bool = True):
+                 return_window: int = 100, tensorboard: bool = True,
+                 resume_from: Optional[Tuple[int, int]] = None):
         self.root_dir = root_dir
         self.console_interval_s = console_interval_s
         self.metrics_path = os.path.join(root_dir, "metrics.jsonl")
+        if resume_from is not None:
+            truncate_metrics_file(self.metrics_path, resume_from[0])
         self._file = open(self.metrics_path, "a", encoding="utf-8")
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(os.path.join(root_dir, "tensorboard"))
+            purge = resume_from[1] + 1 if resume_from is not None else None
+            self._writer = SummaryWriter(os.path.join(root_dir, "tensorboard"),
+                                         purge_step=purge)
         self._returns: Deque[float] = collections.deque(maxlen=return_window)
         self._lengths: Deque[float] = collections.deque(maxlen=return_window)
         self._lags: Deque[int] = collections.deque(maxlen=1000)

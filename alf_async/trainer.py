@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -38,13 +39,15 @@ from alf_async.envs.gym_env import UnknownEnvError, env_dims
 from alf_async.metrics import MetricsRecorder
 from alf_async.runtime.actor import ActorConfig
 from alf_async.runtime.actor_pool import InProcessActorPool, ProcessActorPool
-from alf_async.runtime.shared_memory import sweep_stale_blocks
+from alf_async.runtime.shared_memory import shm_directory, sweep_stale_blocks
 from alf_async.runtime.trajectory import trajectory_nbytes
 from alf_async.runtime.weight_store import WeightStore, weights_digest
 
 logger = logging.getLogger("alf_async")
 
 BACKENDS = ("process", "inprocess")
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
 
 
 class TerminationRequested(Exception):
@@ -79,6 +82,8 @@ class Trainer:
         checkpoint_interval: iterations between checkpoints (a final one is
             always written).
         max_actor_restarts: actor failures tolerated before the run stops.
+        fatal_env_errors: an env that raises (or an env worker that dies) stops
+            the run instead of being recreated with its episode dropped.
         max_episode_steps: override of the env's time limit (None keeps it).
         max_trajectory_memory_gb: refuse configurations whose trajectory slots
             (N * slots_per_actor * one trajectory) would need more shared memory.
@@ -94,7 +99,8 @@ class Trainer:
                  unroll_length: int = 128, slots_per_actor: int = 1,
                  num_env_steps: int = 0, num_iterations: int = 0, seed: int = 0,
                  backend: str = "process", checkpoint_interval: int = 20,
-                 max_actor_restarts: int = 3, max_episode_steps: Optional[int] = None,
+                 max_actor_restarts: int = 3, fatal_env_errors: bool = False,
+                 max_episode_steps: Optional[int] = None,
                  max_trajectory_memory_gb: float = 8.0, learner_num_threads: int = 0,
                  policy_factory: Optional[Callable] = None):
         for name in ("num_envs", "num_actors", "unroll_length", "slots_per_actor",
@@ -127,6 +133,12 @@ class Trainer:
                 f"unroll_length={unroll_length} x num_envs={num_envs} x obs {observation_dim}"
                 f"), over Trainer.max_trajectory_memory_gb={max_trajectory_memory_gb}; "
                 "shorten unroll_length or use fewer envs")
+        free = shutil.disk_usage(shm_directory()).free
+        if need * 1.05 > free:
+            raise ConfigError(
+                f"The trajectory slots would need {need / 2 ** 30:.2f} GiB of shared memory "
+                f"but {shm_directory()} has {free / 2 ** 30:.2f} GiB free; shorten "
+                "unroll_length, use fewer envs or actors, or enlarge /dev/shm")
         self.root_dir = os.path.abspath(root_dir)
         self.env_name = env_name
         self.num_envs = num_envs
@@ -140,6 +152,7 @@ class Trainer:
         self.backend = backend
         self.checkpoint_interval = checkpoint_interval
         self.max_actor_restarts = max_actor_restarts
+        self.fatal_env_errors = bool(fatal_env_errors)
         self.max_episode_steps = max_episode_steps
         self.policy_factory = policy_factory
         self.observation_dim = observation_dim
@@ -160,7 +173,11 @@ class Trainer:
         self.published_digests: Dict[int, int] = {}
         self.pool = None
         self.store: Optional[WeightStore] = None
+        self.env_failures = 0
         self._interrupts = 0
+        self._stopping = False
+        self._in_iteration = False
+        self._deferred_stop: Optional[BaseException] = None
 
     # -- checkpoints ----------------------------------------------------------
     def _state(self) -> Dict[str, Any]:
@@ -189,15 +206,21 @@ class Trainer:
         return True
 
     # -- signals --------------------------------------------------------------
-    def _on_sigterm(self, signum, frame):
-        raise TerminationRequested()
-
-    def _on_sigint(self, signum, frame):
-        self._interrupts += 1
-        if self._interrupts == 1:
-            raise KeyboardInterrupt()
-        self._kill_everything_now()
-        os._exit(130)
+    def _on_signal(self, signum, frame):
+        """SIGINT/SIGTERM: stop after the current iteration with a checkpoint;
+        a second signal while stopping kills every child at once."""
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+        if self._stopping or self._interrupts >= 2:
+            self._kill_everything_now()
+            os._exit(EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM)
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else TerminationRequested()
+        if self._in_iteration:
+            # Never interrupt a training iteration half-way: the final checkpoint
+            # must hold a consistent learner state.
+            self._deferred_stop = stop
+            return
+        raise stop
 
     def _kill_everything_now(self) -> None:
         """Second Ctrl-C: SIGKILL every child and remove shared memory at once."""
@@ -231,15 +254,17 @@ class Trainer:
         config = ActorConfig(
             env_name=self.env_name, num_envs=self.num_envs,
             num_env_workers=self.num_env_workers, unroll_length=self.unroll_length,
-            seed=self.seed + 1000 * int(self.counters["iteration"]),
-            num_actors=self.num_actors, max_episode_steps=self.max_episode_steps,
+            seed=self.seed, num_actors=self.num_actors,
+            max_episode_steps=self.max_episode_steps,
+            fatal_env_errors=self.fatal_env_errors,
             policy_factory=self.policy_factory, gin_config=gin.config_str())
+        epoch = int(self.counters["iteration"])
         if self.backend == "inprocess":
             return InProcessActorPool(config, self.store, self.observation_dim,
-                                      self.action_dim)
+                                      self.action_dim, epoch=epoch)
         return ProcessActorPool(config, self.num_actors, self.slots_per_actor, self.store,
                                 self.observation_dim, self.action_dim,
-                                max_restarts=self.max_actor_restarts)
+                                max_restarts=self.max_actor_restarts, epoch=epoch)
 
     def _publish(self) -> None:
         arrays = self.learner.weight_arrays()
@@ -259,9 +284,11 @@ class Trainer:
             logger.info("budget already reached (%d iterations, %d env steps)",
                         self.counters["iteration"], self.counters["env_steps"])
             return dict(self.counters)
-        previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-        previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
-        metrics = MetricsRecorder(self.root_dir)
+        previous_sigterm = signal.signal(signal.SIGTERM, self._on_signal)
+        previous_sigint = signal.signal(signal.SIGINT, self._on_signal)
+        metrics = MetricsRecorder(self.root_dir, resume_from=(
+            (int(self.counters["iteration"]), int(self.counters["env_steps"]))
+            if resumed else None))
         try:
             self.store = WeightStore.create(self.learner.weight_arrays())
             self._publish()
@@ -273,8 +300,8 @@ class Trainer:
             self.pool.start()
             self._loop(metrics)
         finally:
-            # Every path: stop the children first, then write what we have.
-            signal.signal(signal.SIGINT, self._on_sigint)
+            # Every path: stop the children, release shared memory.
+            self._stopping = True
             try:
                 if self.pool is not None:
                     self.pool.close()
@@ -285,6 +312,7 @@ class Trainer:
                 metrics.close()
                 signal.signal(signal.SIGTERM, previous_sigterm)
                 signal.signal(signal.SIGINT, previous_sigint)
+        self._stopping = False
         return dict(self.counters)
 
     def _loop(self, metrics: MetricsRecorder) -> None:
@@ -298,13 +326,17 @@ class Trainer:
             while not self._budget_reached():
                 wait_start = time.monotonic()
                 message, batch = self.pool.next_batch()
+                self._in_iteration = True
                 train_start = time.monotonic()
                 version = int(c["iteration"])
                 stats = self.learner.train(batch)
                 c["iteration"] += 1
                 self._publish()
-                self.pool.release(message)
+                checkpoint_now = c["iteration"] % self.checkpoint_interval == 0
+                # Actors reseed at checkpoints so that resuming replays exactly.
+                self.pool.release(message, int(c["iteration"]) if checkpoint_now else None)
                 end = time.monotonic()
+                self._report_env_failures(message)
                 c["env_steps"] += message.env_steps
                 c["episodes"] += len(message.episodes)
                 c["wall_time"] = wall_at_start + (end - start)
@@ -330,16 +362,21 @@ class Trainer:
                     "lag": version - message.version,
                     "episodes_finished": len(message.episodes),
                     "actor_restarts": self.pool.restarts,
+                    "env_failures": self.env_failures,
                 }
                 record.update(stats)
                 record = metrics.record(record)
                 metrics.console(record, self.num_env_steps, self.num_iterations)
-                if c["iteration"] % self.checkpoint_interval == 0:
+                if checkpoint_now:
                     self.save_checkpoint()
+                self._in_iteration = False
+                if self._deferred_stop is not None:
+                    raise self._deferred_stop
             completed_ok = True
             if record:
                 metrics.console(record, self.num_env_steps, self.num_iterations, force=True)
         finally:
+            self._in_iteration = False
             # The learner state is consistent between iterations, so a final
             # checkpoint is valid after a normal end, an interrupt or an actor
             # failure; after a learner error it would hold a half-trained model.
@@ -351,6 +388,15 @@ class Trainer:
             if ((completed_ok or not learner_failed) and c["iteration"] > 0
                     and c["iteration"] % self.checkpoint_interval != 0):
                 self.save_checkpoint()
+
+
+    def _report_env_failures(self, message) -> None:
+        for env_index, details in message.env_failures:
+            self.env_failures += 1
+            last = details.strip().splitlines()[-1] if details.strip() else "?"
+            logger.warning("env %d of actor %d (%s) failed and was recreated; its episode "
+                           "was dropped: %s", env_index, message.actor_id, self.env_name, last)
+            logger.debug("env failure traceback:\n%s", details)
 
 
 def _is_actor_failure(exc: BaseException) -> bool:

@@ -48,6 +48,26 @@ def load_policy_weight_arrays(model: ActorCritic, normalizer: RunningNormalizer,
                                   if k.startswith("normalizer/")})
 
 
+def _check(name: str, value, integer: bool = False, low: float = None,
+           high: float = None, low_open: bool = False) -> None:
+    """Raise ValueError naming ``PPOLearner.<name>`` if ``value`` is out of range."""
+    kind = "an integer" if integer else "a number"
+    ok = (isinstance(value, (int, np.integer)) if integer
+          else isinstance(value, (int, float, np.number))) and not isinstance(value, bool)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            bounds.append(f"<= {high:g}")
+        raise ValueError(f"PPOLearner.{name} must be {kind} {' and '.join(bounds)}, "
+                         f"got {value!r}")
+
+
 @gin.configurable
 class PPOLearner:
     """PPO2 on whole trajectory batches.
@@ -84,6 +104,16 @@ class PPOLearner:
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
                  device: str = "cpu", seed: int = 0):
+        _check("num_epochs", num_epochs, integer=True, low=1)
+        _check("mini_batch_size", mini_batch_size, integer=True, low=1)
+        _check("learning_rate", learning_rate, low=0.0, low_open=True)
+        _check("max_grad_norm", max_grad_norm, low=0.0)
+        _check("clip_ratio", clip_ratio, low=0.0, low_open=True)
+        _check("value_loss_weight", value_loss_weight, low=0.0)
+        _check("entropy_coef", entropy_coef, low=0.0)
+        _check("gamma", gamma, low=0.0, high=1.0)
+        _check("gae_lambda", gae_lambda, low=0.0, high=1.0)
+        _check("reward_scale", reward_scale, low=0.0, low_open=True)
         self.num_epochs = int(num_epochs)
         self.mini_batch_size = int(mini_batch_size)
         self.max_grad_norm = max_grad_norm

@@ -55,7 +55,10 @@ def setup_logging(root_dir: Optional[str]) -> None:
 
 
 def user_error(message: str) -> int:
-    print(f"alf_async: error: {message}", file=sys.stderr)
+    """Print a one-paragraph error (without gin's call-chain notes); exit code 2."""
+    lines = [line for line in str(message).strip().splitlines()
+             if not line.strip().startswith("In call to configurable")]
+    print(f"alf_async: error: {' '.join(l.strip() for l in lines)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -65,6 +68,8 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
 
     from alf_async.checkpoint import CheckpointError
     from alf_async.config import ConfigError, parse_config
+    from alf_async.algorithms.ppo_learner import NonFiniteError
+    from alf_async.runtime.actor_pool import ActorPoolError
     from alf_async.trainer import TerminationRequested, Trainer
 
     root_dir = os.path.abspath(root_dir)
@@ -100,6 +105,15 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         return EXIT_SIGTERM
     except CheckpointError as e:
         return user_error(str(e))
+    except ActorPoolError as e:
+        logger.error("run stopped at iteration %d: %s\nThe last checkpoint is in %s.",
+                     trainer.counters["iteration"], e, trainer.checkpointer.directory)
+        return EXIT_FAILED
+    except NonFiniteError as e:
+        logger.error("run stopped: %s. The last good checkpoint (before this iteration) "
+                     "is kept in %s; lower the learning rate or check the env's "
+                     "observations and rewards.", e, trainer.checkpointer.directory)
+        return EXIT_FAILED
     except Exception as e:  # noqa: BLE001  (report, then a non-zero exit)
         logger.exception("run failed at iteration %d: %s", trainer.counters["iteration"], e)
         return EXIT_FAILED

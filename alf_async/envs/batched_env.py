@@ -12,6 +12,14 @@ observation that ended the episode in ``final_observation[k]`` and the first
 observation of the next episode in ``observation[k]``. Env k is seeded with
 ``seed + k`` at its first reset and continues its own RNG after that.
 
+Failures: if an env raises in step or reset, or an env-worker process dies or
+hangs, the affected envs are recreated (a dead worker is restarted) with fresh
+seeds and their current episodes are dropped: the failing step is returned as a
+truncation with reward 0 whose final observation is the last good one, the
+episode is not reported in ``pop_finished_episodes``, and the failure (env index
+and traceback) is reported by ``pop_failures``. With ``fatal_env_errors`` the
+failure raises ``EnvError`` instead.
+
 Shapes: K = num_envs, O = observation_dim, A = action_dim.
 """
 
@@ -78,23 +86,41 @@ def batch_specs(num_envs: int, obs_dim: int, action_dim: int) -> Dict[str, Array
         "reward": ArraySpec((num_envs,), "float32"),
         "terminated": ArraySpec((num_envs,), "bool"),
         "truncated": ArraySpec((num_envs,), "bool"),
+        "env_failed": ArraySpec((num_envs,), "bool"),
     }
+
+
+def derive_seed(*values: int) -> int:
+    """A well-mixed seed in [0, 2**31) from integers (numpy's SeedSequence)."""
+    return int(np.random.SeedSequence([int(v) % (2 ** 63) for v in values])
+               .generate_state(1)[0] % (2 ** 31 - 2 ** 20))
 
 
 class EnvGroup:
     """Envs ``indices`` of a batch, reading actions from and writing results to
-    the batch arrays (shared or private). Used by workers and by W = 0."""
+    the batch arrays (shared or private). Used by workers and by W = 0.
+
+    Env k is seeded with ``seed + k`` at reset. An env that raises is recreated
+    with a derived seed (unless ``fatal_env_errors``); ``step`` returns the
+    failures as (env index, traceback) pairs.
+    """
 
     def __init__(self, env_name: str, indices: Sequence[int], seed: int,
-                 arrays: Dict[str, np.ndarray], max_episode_steps: Optional[int] = None):
+                 arrays: Dict[str, np.ndarray], max_episode_steps: Optional[int] = None,
+                 fatal_env_errors: bool = False):
         self.env_name = env_name
         self.indices = list(indices)
         self.seed = seed
         self.arrays = arrays
         self.max_episode_steps = max_episode_steps
+        self.fatal_env_errors = fatal_env_errors
+        self.recreated = 0
         self.envs = {}
         for k in self.indices:
-            self.envs[k] = self._guard(k, lambda: make_env(env_name, max_episode_steps=max_episode_steps))
+            self.envs[k] = self._guard(k, self._make)
+
+    def _make(self):
+        return make_env(self.env_name, max_episode_steps=self.max_episode_steps)
 
     def _guard(self, k: int, fn):
         try:
@@ -102,25 +128,65 @@ class EnvGroup:
         except Exception:
             raise EnvError(self.env_name, k, traceback.format_exc()) from None
 
-    def reset(self) -> None:
-        obs = self.arrays["observation"]
+    def _recreate(self, k: int) -> np.ndarray:
+        """Replace env k by a new one with a fresh seed; returns its first obs."""
+        try:
+            self.envs[k].close()
+        except Exception:
+            pass
+        self.recreated += 1
+        self.envs[k] = self._guard(k, self._make)
+        seed = derive_seed(self.seed, k, self.recreated)
+        with quiet_stdout():
+            return self._guard(k, lambda: self.envs[k].reset(seed=seed))
+
+    def set_seed(self, seed: int) -> List[Tuple[int, str]]:
+        """Use ``seed + k`` for env k from now on, and reset all envs with it."""
+        self.seed = seed
+        return self.reset()
+
+    def reset(self) -> List[Tuple[int, str]]:
+        a = self.arrays
+        failures = []
         with quiet_stdout():  # PyBullet prints 'argv[0]=' when it connects
             for k, env in self.envs.items():
-                obs[k] = self._guard(k, lambda: env.reset(seed=self.seed + k))
-        self.arrays["terminated"][self.indices] = False
-        self.arrays["truncated"][self.indices] = False
+                try:
+                    a["observation"][k] = env.reset(seed=self.seed + k)
+                except Exception:
+                    if self.fatal_env_errors:
+                        raise EnvError(self.env_name, k, traceback.format_exc()) from None
+                    failures.append((k, traceback.format_exc()))
+                    a["observation"][k] = self._recreate(k)
+        a["terminated"][self.indices] = False
+        a["truncated"][self.indices] = False
+        a["env_failed"][self.indices] = False
+        return failures
 
-    def step(self) -> None:
+    def step(self) -> List[Tuple[int, str]]:
         a = self.arrays
+        failures = []
         for k, env in self.envs.items():
-            o, r, term, trunc, _ = self._guard(k, lambda: env.step(a["action"][k]))
+            failed = False
+            try:
+                o, r, term, trunc, _ = env.step(a["action"][k])
+                if term or trunc:
+                    a["final_observation"][k] = o
+                    o = env.reset()
+            except Exception:
+                if self.fatal_env_errors:
+                    raise EnvError(self.env_name, k, traceback.format_exc()) from None
+                failures.append((k, traceback.format_exc()))
+                failed = True
+                # Drop the episode: a truncation at the last good observation.
+                a["final_observation"][k] = a["observation"][k]
+                r, term, trunc = 0.0, False, True
+                o = self._recreate(k)
             a["reward"][k] = r
             a["terminated"][k] = term
             a["truncated"][k] = trunc and not term
-            if term or trunc:
-                a["final_observation"][k] = o
-                o = self._guard(k, env.reset)
+            a["env_failed"][k] = failed
             a["observation"][k] = o
+        return failures
 
     def close(self) -> None:
         for env in self.envs.values():
@@ -133,28 +199,32 @@ class EnvGroup:
 
 def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: str,
                  indices: List[int], seed: int, max_episode_steps: Optional[int],
-                 parent_pid: int) -> None:
-    """Entry point of an env-worker process: serve commands until 'close'."""
+                 fatal_env_errors: bool, parent_pid: int) -> None:
+    """Entry point of an env-worker process: serve commands until 'close'.
+
+    A command is (method name, args) of ``EnvGroup``; the reply is
+    ("ok", failures) or ("error", EnvError).
+    """
     init_child_process(signal.SIGKILL, expected_parent=parent_pid)
     block = SharedArrays.attach(block_name, specs)
     group = None
     try:
         try:
-            group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps)
-            conn.send(("ok", None))
+            group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
+                             fatal_env_errors)
+            conn.send(("ok", []))
         except EnvError as e:
             conn.send(("error", e))
             return
         while True:
             try:
-                command = conn.recv()
+                command, args = conn.recv()
             except EOFError:
                 return
             if command == "close":
                 return
             try:
-                getattr(group, command)()
-                conn.send(("ok", None))
+                conn.send(("ok", getattr(group, command)(*args)))
             except EnvError as e:
                 conn.send(("error", e))
     finally:
@@ -162,6 +232,14 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
             group.close()
         block.close()
         conn.close()
+
+
+@dataclass
+class _Worker:
+    process: object
+    conn: object
+    indices: List[int]
+    seed: int
 
 
 class BatchedEnv:
@@ -174,13 +252,15 @@ class BatchedEnv:
             W may not exceed K.
         seed: env k is seeded with ``seed + k`` at its first reset.
         max_episode_steps: override of the id's time limit (None keeps it).
+        fatal_env_errors: raise ``EnvError`` when an env fails instead of
+            recreating it and dropping its episode.
         worker_timeout_s: a worker that neither answers nor dies within this many
-            seconds of a command is reported as hung.
+            seconds of a command is treated as dead.
     """
 
     def __init__(self, env_name: str, num_envs: int, num_workers: int = 0,
                  seed: int = 0, max_episode_steps: Optional[int] = None,
-                 worker_timeout_s: float = 300.0):
+                 fatal_env_errors: bool = False, worker_timeout_s: float = 60.0):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= num_workers <= num_envs:
@@ -190,110 +270,164 @@ class BatchedEnv:
         self.num_envs = num_envs
         self.num_workers = num_workers
         self.seed = seed
+        self.fatal_env_errors = fatal_env_errors
         self.worker_timeout_s = worker_timeout_s
         obs_dim, action_dim, limit = env_dims(env_name)
         self.observation_dim = obs_dim
         self.action_dim = action_dim
         self.max_episode_steps = max_episode_steps or limit
-        specs = batch_specs(num_envs, obs_dim, action_dim)
+        self._max_episode_steps_override = max_episode_steps
+        self._specs = batch_specs(num_envs, obs_dim, action_dim)
         self._block: Optional[SharedArrays] = None
         self._group: Optional[EnvGroup] = None
-        self._workers: List[Tuple[object, object, List[int]]] = []
+        self._workers: List[_Worker] = []
+        self._worker_restarts = 0
         self._episode_return = np.zeros(num_envs, np.float64)
         self._episode_length = np.zeros(num_envs, np.int64)
         self._finished: List[Tuple[float, int]] = []
+        self._failures: List[Tuple[int, str]] = []
+        self._last_observation = np.zeros((num_envs, obs_dim), np.float32)
         try:
             if num_workers == 0:
-                self.arrays = {k: np.zeros(s.shape, s.dtype) for k, s in specs.items()}
+                self.arrays = {k: np.zeros(v.shape, v.dtype) for k, v in self._specs.items()}
                 self._group = EnvGroup(env_name, range(num_envs), seed, self.arrays,
-                                       max_episode_steps)
+                                       max_episode_steps, fatal_env_errors)
             else:
-                self._block = SharedArrays.create(specs, tag="env")
+                self._block = SharedArrays.create(self._specs, tag="env")
                 self.arrays = self._block.arrays
-                self._start_workers(specs, max_episode_steps)
+                groups = np.array_split(np.arange(num_envs), num_workers)
+                self._workers = [self._start_worker([int(i) for i in g], seed) for g in groups]
+                for worker in self._workers:
+                    self._receive(worker)
         except BaseException:
             self.close()
             raise
 
-    def _start_workers(self, specs, max_episode_steps) -> None:
+    # -- workers --------------------------------------------------------------
+    def _start_worker(self, indices: List[int], seed: int) -> _Worker:
         import os
 
         ctx = mp_context()
-        groups = np.array_split(np.arange(self.num_envs), self.num_workers)
-        for indices in groups:
-            parent_conn, child_conn = ctx.Pipe()
-            proc = ctx.Process(
-                target=_worker_main, daemon=True, name=f"alf_async-env-worker",
-                args=(child_conn, self._block.name, specs, self.env_name,
-                      [int(i) for i in indices], self.seed, max_episode_steps,
-                      os.getpid()))
-            proc.start()
-            child_conn.close()
-            self._workers.append((proc, parent_conn, [int(i) for i in indices]))
-        for worker in self._workers:
-            self._receive(worker)
+        parent_conn, child_conn = ctx.Pipe()
+        proc = ctx.Process(
+            target=_worker_main, daemon=True, name="alf_async-env-worker",
+            args=(child_conn, self._block.name, self._specs, self.env_name, indices, seed,
+                  self._max_episode_steps_override, self.fatal_env_errors, os.getpid()))
+        proc.start()
+        child_conn.close()
+        return _Worker(proc, parent_conn, indices, seed)
 
     @property
     def worker_pids(self) -> List[int]:
-        return [proc.pid for proc, _, _ in self._workers]
+        return [w.process.pid for w in self._workers]
 
-    def _receive(self, worker) -> None:
-        proc, conn, indices = worker
+    def _receive(self, worker: _Worker) -> List[Tuple[int, str]]:
+        """The reply of ``worker``; raises EnvError if it died, hung or failed."""
+        proc, conn, indices = worker.process, worker.conn, worker.indices
         deadline = time.monotonic() + self.worker_timeout_s
-        while not conn.poll(0.5):
+        where = f"env-worker process {proc.pid} (envs {indices[0]}..{indices[-1]})"
+        while not conn.poll(0.2):
             if not proc.is_alive():
-                raise EnvError(self.env_name, None,
-                               f"env-worker process {proc.pid} (envs {indices[0]}.."
-                               f"{indices[-1]}) died with {describe_exit(proc.exitcode)}")
+                raise _WorkerLost(self.env_name, None,
+                                  f"{where} died with {describe_exit(proc.exitcode)}")
             if time.monotonic() > deadline:
-                raise EnvError(self.env_name, None,
-                               f"env-worker process {proc.pid} gave no answer in "
-                               f"{self.worker_timeout_s:.0f} s")
+                raise _WorkerLost(self.env_name, None,
+                                  f"{where} gave no answer in {self.worker_timeout_s:.0f} s")
         try:
             status, payload = conn.recv()
-        except (EOFError, ConnectionResetError):
+        except (EOFError, ConnectionResetError, OSError):
             proc.join(1.0)
-            raise EnvError(self.env_name, None,
-                           f"env-worker process {proc.pid} closed its pipe "
-                           f"({describe_exit(proc.exitcode)})") from None
+            raise _WorkerLost(self.env_name, None,
+                              f"{where} closed its pipe ({describe_exit(proc.exitcode)})"
+                              ) from None
         if status == "error":
             raise payload
+        return payload
 
-    def _run(self, command: str) -> None:
+    def _replace_worker(self, position: int, error: EnvError) -> List[Tuple[int, str]]:
+        """Restart a lost worker with fresh seeds; its envs' episodes are dropped."""
+        from alf_async.utils.process import stop_processes
+
+        old = self._workers[position]
+        stop_processes([old.process], grace_s=0.5)
+        old.conn.close()
+        self._worker_restarts += 1
+        seed = derive_seed(self.seed, old.indices[0], 1_000_000 + self._worker_restarts)
+        worker = self._start_worker(old.indices, seed)
+        self._workers[position] = worker
+        self._receive(worker)
+        worker.conn.send(("reset", ()))
+        self._receive(worker)
+        a, idx = self.arrays, old.indices
+        a["final_observation"][idx] = self._last_observation[idx]
+        a["reward"][idx] = 0.0
+        a["terminated"][idx] = False
+        a["truncated"][idx] = True
+        a["env_failed"][idx] = True
+        return [(k, error.details) for k in idx]
+
+    def _run(self, command: str, *args) -> List[Tuple[int, str]]:
         if self._group is not None:
-            getattr(self._group, command)()
-            return
-        for _, conn, _ in self._workers:
+            return getattr(self._group, command)(*args)
+        for worker in self._workers:
             try:
-                conn.send(command)
+                worker.conn.send((command, args))
             except (BrokenPipeError, OSError):
                 pass  # _receive reports the dead worker
-        for worker in self._workers:
-            self._receive(worker)
+        failures = []
+        for position, worker in enumerate(self._workers):
+            try:
+                failures += self._receive(worker)
+            except _WorkerLost as e:
+                if self.fatal_env_errors or command != "step":
+                    raise EnvError(e.env_name, e.env_index, e.details) from None
+                failures += self._replace_worker(position, e)
+        return failures
+
+    # -- the env interface ----------------------------------------------------
+    def _note_failures(self, failures: List[Tuple[int, str]]) -> None:
+        for k, details in failures:
+            self._failures.append((k, details))
+            self._episode_return[k] = 0.0
+            self._episode_length[k] = 0
 
     def reset(self) -> np.ndarray:
         """Reset all envs with their seeds; returns observation [K, O]."""
-        self._run("reset")
+        self._note_failures(self._run("reset"))
         self._episode_return[:] = 0
         self._episode_length[:] = 0
-        return self.arrays["observation"].copy()
+        self._last_observation = self.arrays["observation"].copy()
+        return self._last_observation.copy()
+
+    def reseed(self, seed: int) -> np.ndarray:
+        """Seed env k with ``seed + k`` and reset all envs (running episodes are
+        dropped); returns observation [K, O]."""
+        self.seed = seed
+        self._note_failures(self._run("set_seed", seed))
+        self._episode_return[:] = 0
+        self._episode_length[:] = 0
+        self._last_observation = self.arrays["observation"].copy()
+        return self._last_observation.copy()
 
     def step(self, action: np.ndarray) -> StepResult:
         """Step all envs with ``action`` [K, A] in [-1, 1] (clipped)."""
         self.arrays["action"][:] = action
-        self._run("step")
+        failures = self._run("step")
         a = self.arrays
         reward = a["reward"].copy()
         terminated = a["terminated"].copy()
         truncated = a["truncated"].copy()
+        failed = a["env_failed"].copy()
         self._episode_return += reward
         self._episode_length += 1
-        for k in np.flatnonzero(terminated | truncated):
+        for k in np.flatnonzero((terminated | truncated) & ~failed):
             self._finished.append((float(self._episode_return[k]),
                                    int(self._episode_length[k])))
             self._episode_return[k] = 0.0
             self._episode_length[k] = 0
-        return StepResult(a["observation"].copy(), reward, terminated, truncated,
+        self._note_failures(failures)
+        self._last_observation = a["observation"].copy()
+        return StepResult(self._last_observation.copy(), reward, terminated, truncated,
                           a["final_observation"].copy())
 
     def pop_finished_episodes(self) -> List[Tuple[float, int]]:
@@ -301,22 +435,27 @@ class BatchedEnv:
         finished, self._finished = self._finished, []
         return finished
 
+    def pop_failures(self) -> List[Tuple[int, str]]:
+        """(env index, traceback or reason) of env failures since the last call."""
+        failures, self._failures = self._failures, []
+        return failures
+
     def close(self) -> None:
         """End the workers and release the shared memory. Safe to call twice."""
         if self._group is not None:
             self._group.close()
             self._group = None
-        for proc, conn, _ in self._workers:
+        for worker in self._workers:
             try:
-                conn.send("close")
+                worker.conn.send(("close", ()))
             except (BrokenPipeError, OSError):
                 pass
         if self._workers:
             from alf_async.utils.process import stop_processes
 
-            stop_processes([w[0] for w in self._workers], grace_s=3.0)
-            for _, conn, _ in self._workers:
-                conn.close()
+            stop_processes([w.process for w in self._workers], grace_s=3.0)
+            for worker in self._workers:
+                worker.conn.close()
         self._workers = []
         if self._block is not None:
             self._block.close()
@@ -327,3 +466,10 @@ class BatchedEnv:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _WorkerLost(EnvError):
+    """A worker process died, hung or closed its pipe."""
+
+    def __reduce__(self):
+        return (_WorkerLost, (self.env_name, self.env_index, self.details))

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 # Modules imported before an id lookup so that their env ids are registered.
-_REGISTERING_MODULES = ("pybullet_envs_gymnasium",)
+_REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection")
 
 
 class UnknownEnvError(ValueError):

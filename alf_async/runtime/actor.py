@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from alf_async.envs.batched_env import BatchedEnv, EnvError
+from alf_async.envs.batched_env import BatchedEnv, EnvError, derive_seed
 from alf_async.runtime import messages
 from alf_async.runtime.weight_store import weights_digest
 
@@ -40,9 +40,13 @@ class ActorConfig:
         num_envs: K, envs per actor.
         num_env_workers: W, env-worker processes per actor (0 = in the actor).
         unroll_length: T, steps per trajectory.
-        seed: base seed; env k of actor i (restart generation g) is seeded with
-            ``seed * 1_000_003 + (g * num_actors + i) * K + k``.
-        num_actors: N (only used for seeding).
+        seed: base seed. Actor i's envs and sampling RNG are seeded from
+            (seed, i, epoch, generation): epoch is the iteration of the last
+            checkpoint (actors reseed there, which makes a resumed synchronous
+            run replay the uninterrupted one), generation counts restarts.
+        num_actors: N.
+        fatal_env_errors: an env failure ends the actor (and the run) instead of
+            recreating the env and dropping its episode.
         max_episode_steps: overrides the env id's time limit when set.
         policy_factory: ``factory(observation_dim, action_dim, seed) -> Policy``.
         gin_config: gin bindings the actor process parses before building the
@@ -56,15 +60,15 @@ class ActorConfig:
     seed: int = 0
     num_actors: int = 1
     max_episode_steps: Optional[int] = None
+    fatal_env_errors: bool = False
     policy_factory: Callable = None
     gin_config: str = ""
 
-    def env_seed(self, actor_id: int, generation: int) -> int:
-        return (self.seed * 1_000_003
-                + (generation * self.num_actors + actor_id) * self.num_envs)
+    def env_seed(self, actor_id: int, epoch: int, generation: int) -> int:
+        return derive_seed(self.seed, actor_id, epoch, generation, 1)
 
-    def policy_seed(self, actor_id: int, generation: int) -> int:
-        return self.seed * 7919 + generation * 104_729 + actor_id + 1
+    def policy_seed(self, actor_id: int, epoch: int, generation: int) -> int:
+        return derive_seed(self.seed, actor_id, epoch, generation, 2)
 
 
 @dataclass
@@ -76,30 +80,51 @@ class UnrollInfo:
     env_s: float
     env_steps: int
     episodes: List[Tuple[float, int]] = field(default_factory=list)
+    env_failures: List[Tuple[int, str]] = field(default_factory=list)
 
 
 class Actor:
-    """A policy and a BatchedEnv, unrolling trajectories of [T, K]."""
+    """A policy and a BatchedEnv, unrolling trajectories of [T, K].
 
-    def __init__(self, actor_id: int, config: ActorConfig, generation: int = 0):
+    Args:
+        actor_id: i in [0, N).
+        config: see ActorConfig.
+        epoch: iteration of the checkpoint the run starts from (seeding).
+        generation: how many times actor i was restarted (seeding).
+    """
+
+    def __init__(self, actor_id: int, config: ActorConfig, epoch: int = 0,
+                 generation: int = 0):
         from alf_async.runtime.policy import NeuralPolicy
 
         self.actor_id = actor_id
         self.config = config
         self.generation = generation
         self.env = BatchedEnv(config.env_name, config.num_envs, config.num_env_workers,
-                              seed=config.env_seed(actor_id, generation),
-                              max_episode_steps=config.max_episode_steps)
+                              seed=config.env_seed(actor_id, epoch, generation),
+                              max_episode_steps=config.max_episode_steps,
+                              fatal_env_errors=config.fatal_env_errors)
         try:
             factory = config.policy_factory or NeuralPolicy
             self.policy = factory(self.env.observation_dim, self.env.action_dim,
-                                  config.policy_seed(actor_id, generation))
+                                  config.policy_seed(actor_id, epoch, generation))
             self.version = -1
             self.digest = 0
             self._observation = self.env.reset()
         except BaseException:
             self.env.close()
             raise
+
+    def reseed(self, epoch: int) -> None:
+        """Reseed envs and sampling from (seed, actor, epoch) and reset the envs.
+
+        Episodes in progress are dropped. Called at checkpoints, so that a run
+        resumed from one continues exactly like the uninterrupted run.
+        """
+        c = self.config
+        self._observation = self.env.reseed(c.env_seed(self.actor_id, epoch, self.generation))
+        self.env.pop_finished_episodes()
+        self.policy.reseed(c.policy_seed(self.actor_id, epoch, self.generation))
 
     def load_weights(self, version: int, arrays: Dict[str, np.ndarray]) -> None:
         self.policy.load_weights(arrays)
@@ -138,17 +163,23 @@ class Actor:
         self._observation = obs
         return UnrollInfo(time.perf_counter() - start, inference_s, env_s,
                           self.config.unroll_length * self.config.num_envs,
-                          self.env.pop_finished_episodes())
+                          self.env.pop_finished_episodes(), self.env.pop_failures())
 
     def close(self) -> None:
         self.env.close()
+
+
+def _short_failures(failures: List[Tuple[int, str]], limit: int = 4000
+                    ) -> List[Tuple[int, str]]:
+    """Failures with tracebacks cut to their last ``limit`` characters."""
+    return [(k, text[-limit:]) for k, text in failures]
 
 
 def _raise_system_exit(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def actor_process_main(actor_id: int, generation: int, config: ActorConfig, conn,
+def actor_process_main(actor_id: int, epoch: int, generation: int, config: ActorConfig, conn,
                        slots_name: str, slot_specs, slot_indices: List[int],
                        store_name: str, store_specs, parent_pid: int) -> None:
     """Entry point of an actor process; see the module docstring for the loop."""
@@ -175,10 +206,11 @@ def actor_process_main(actor_id: int, generation: int, config: ActorConfig, conn
             gin.parse_config(config.gin_config)
         slots = TrajectorySlots.attach(slots_name, slot_specs)
         store = WeightStore.attach(store_name, store_specs)
-        actor = Actor(actor_id, config, generation)
+        actor = Actor(actor_id, config, epoch, generation)
         conn.send(messages.ActorReady(actor_id, generation, os.getpid(),
                                       actor.env.worker_pids))
         free = list(slot_indices)
+        reseed_epoch = None
         while True:
             wait_start = time.perf_counter()
             while not free or conn.poll():
@@ -190,8 +222,14 @@ def actor_process_main(actor_id: int, generation: int, config: ActorConfig, conn
                 if kind == messages.STOP:
                     return
                 if kind == messages.RELEASE:
-                    free.append(payload)
+                    released, epoch_to_reseed = payload
+                    free.append(released)
+                    if epoch_to_reseed is not None:
+                        reseed_epoch = epoch_to_reseed
             slot = free.pop(0)
+            if reseed_epoch is not None:
+                actor.reseed(reseed_epoch)
+                reseed_epoch = None
             newer = store.read_newer(actor.version, timeout_s=None if actor.version >= 0 else 60.0)
             while newer is None and actor.version < 0:
                 newer = store.read_newer(actor.version, timeout_s=60.0)
@@ -202,7 +240,7 @@ def actor_process_main(actor_id: int, generation: int, config: ActorConfig, conn
             conn.send(messages.BatchReady(
                 actor_id, generation, slot, actor.version, actor.digest, info.env_steps,
                 info.unroll_s, wait_s, info.inference_s, info.env_s, time.monotonic(),
-                info.episodes))
+                info.episodes, _short_failures(info.env_failures)))
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):
         pass
     except BaseException as e:  # report every failure with its traceback

@@ -62,12 +62,15 @@ class ProcessActorPool:
         observation_dim, action_dim: O and A.
         max_restarts: actor failures tolerated over the whole run.
         startup_timeout_s: time an actor may take to become ready.
+        epoch: iteration the run starts from (seeds the actors; see ActorConfig).
     """
 
     def __init__(self, config: ActorConfig, num_actors: int, slots_per_actor: int,
                  weight_store: WeightStore, observation_dim: int, action_dim: int,
-                 max_restarts: int = 3, startup_timeout_s: float = 120.0):
+                 max_restarts: int = 3, startup_timeout_s: float = 120.0,
+                 epoch: int = 0):
         self.config = config
+        self.epoch = epoch
         self.num_actors = num_actors
         self.slots_per_actor = slots_per_actor
         self.weight_store = weight_store
@@ -91,7 +94,7 @@ class ProcessActorPool:
         parent_conn, child_conn = self._ctx.Pipe()
         process = self._ctx.Process(
             target=actor_process_main, name=f"alf_async-actor-{actor_id}", daemon=False,
-            args=(actor_id, generation, self.config, child_conn, self.slots.name,
+            args=(actor_id, self.epoch, generation, self.config, child_conn, self.slots.name,
                   self.slots.specs, self._slot_indices(actor_id), self.weight_store.name,
                   self.weight_store.specs, os.getpid()))
         process.start()
@@ -134,7 +137,8 @@ class ProcessActorPool:
         self.slots.close()
 
     # -- messages -------------------------------------------------------------
-    def _on_failure(self, handle: _ActorHandle, description: str) -> None:
+    def _on_failure(self, handle: _ActorHandle, description: str,
+                    fatal: bool = False) -> None:
         message = f"actor {handle.actor_id} (pid {handle.process.pid}) failed: {description}"
         self.failures.append(message)
         logger.error(message)
@@ -142,6 +146,9 @@ class ProcessActorPool:
         self._pending = [m for m in self._pending if m.actor_id != handle.actor_id]
         stop_processes([handle.process], grace_s=3.0)
         handle.conn.close()
+        if fatal:
+            raise ActorPoolError(f"{message}\nenv errors are fatal (Trainer.fatal_env_errors"
+                                 "=True); stopping the run")
         if self.restarts >= self.max_restarts:
             raise ActorPoolError(
                 f"{message}\nno restart left (max_actor_restarts={self.max_restarts}); "
@@ -163,7 +170,8 @@ class ProcessActorPool:
         elif isinstance(message, messages.ActorFailed):
             where = (f" (env index {message.env_index})"
                      if message.env_index is not None else "")
-            self._on_failure(handle, f"exception{where}:\n{message.error}")
+            self._on_failure(handle, f"exception{where}:\n{message.error}",
+                             fatal=self.config.fatal_env_errors and message.env_index is not None)
 
     def _poll(self, timeout: float) -> None:
         by_conn = {h.conn: h for h in self._handles.values()}
@@ -213,13 +221,19 @@ class ProcessActorPool:
         """Batches received and not yet handed to the learner."""
         return len(self._pending)
 
-    def release(self, message: messages.BatchReady) -> None:
-        """Give the slot of a trained batch back to its actor."""
+    def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
+        """Give the slot of a trained batch back to its actor.
+
+        With ``reseed_epoch`` the actor reseeds and resets its envs before its
+        next unroll (see ActorConfig); restarted actors are seeded from it too.
+        """
+        if reseed_epoch is not None:
+            self.epoch = reseed_epoch
         handle = self._handles.get(message.actor_id)
         if handle is None or handle.generation != message.generation:
             return
         try:
-            handle.conn.send((messages.RELEASE, message.slot))
+            handle.conn.send((messages.RELEASE, (message.slot, reseed_epoch)))
         except (OSError, ValueError):
             pass  # _poll reports the dead actor
 
@@ -228,8 +242,9 @@ class InProcessActorPool:
     """One actor unrolling inside the learner's process (N = 1, synchronous)."""
 
     def __init__(self, config: ActorConfig, weight_store: WeightStore,
-                 observation_dim: int, action_dim: int):
+                 observation_dim: int, action_dim: int, epoch: int = 0):
         self.config = config
+        self.epoch = epoch
         self.weight_store = weight_store
         self.actor: Optional[Actor] = None
         self.buffer = allocate_trajectory(config.unroll_length, config.num_envs,
@@ -238,7 +253,7 @@ class InProcessActorPool:
         self.failures: List[str] = []
 
     def start(self) -> None:
-        self.actor = Actor(0, self.config, 0)
+        self.actor = Actor(0, self.config, self.epoch, 0)
 
     @property
     def pids(self) -> List[int]:
@@ -251,13 +266,16 @@ class InProcessActorPool:
         info = self.actor.unroll(self.buffer)
         return messages.BatchReady(0, 0, 0, self.actor.version, self.actor.digest,
                                    info.env_steps, info.unroll_s, 0.0, info.inference_s,
-                                   info.env_s, time.monotonic(), info.episodes), self.buffer
+                                   info.env_s, time.monotonic(), info.episodes,
+                                   info.env_failures), self.buffer
 
     def queue_length(self) -> int:
         return 0
 
-    def release(self, message: messages.BatchReady) -> None:
-        pass
+    def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
+        if reseed_epoch is not None:
+            self.epoch = reseed_epoch
+            self.actor.reseed(reseed_epoch)
 
     def close(self) -> None:
         if self.actor is not None:

@@ -2,8 +2,10 @@
 
 Actors send ``ActorReady`` once, then a ``BatchReady`` per trajectory (the data
 itself is in a shared-memory slot), or ``ActorFailed`` with a traceback. The
-learner sends ``("release", slot)`` when it has trained on a slot and published
-new weights, and ``("stop", None)`` at the end.
+learner sends ``("release", (slot, reseed_epoch))`` when it has trained on a slot
+and published new weights (``reseed_epoch`` is an iteration number when the actor
+must reseed and reset its envs before its next unroll, else None), and
+``("stop", None)`` at the end.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class BatchReady:
     env_s: float
     sent_at: float
     episodes: List[Tuple[float, int]] = field(default_factory=list)
+    env_failures: List[Tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -31,6 +31,9 @@ class Policy(Protocol):
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Take the learner's published arrays."""
 
+    def reseed(self, seed: int) -> None:
+        """Restart the policy's sampling randomness from ``seed``."""
+
 
 class NeuralPolicy:
     """The actor-critic with the learner's normalizer, sampling on the CPU.
@@ -51,6 +54,9 @@ class NeuralPolicy:
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         load_policy_weight_arrays(self.model, self.normalizer, arrays)
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
 
     def _obs(self, observation: np.ndarray) -> torch.Tensor:
         return self.normalizer.normalize(torch.from_numpy(np.asarray(observation, np.float32)))
@@ -79,6 +85,9 @@ class ScriptedPolicy:
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         self.last_weights = dict(arrays)
+
+    def reseed(self, seed: int) -> None:
+        self.step = 0
 
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         observation = np.asarray(observation, np.float32)

@@ -85,7 +85,7 @@ class WeightStore:
                 if int(self._meta[0]) == seq:
                     return version, copies
                 continue
-            if seq % 2 == 1:
+            if seq % 2 == 1 and (deadline is None or time.monotonic() <= deadline):
                 time.sleep(0)
                 continue
             if deadline is None or time.monotonic() > deadline:

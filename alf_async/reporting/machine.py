@@ -1,0 +1,76 @@
+"""A description of the machine a study runs on (CPU, GPU, library versions).
+
+``describe_machine()`` returns plain JSON-serializable values so that a sweep can
+store it (``machine.json``) next to its runs and a report built later, or on
+another machine, still names the machine that produced the numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Dict, Optional
+
+PACKAGES = ("torch", "gymnasium", "pybullet", "numpy", "gin-config", "alf_async")
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; platform.processor() elsewhere)."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def package_version(name: str) -> Optional[str]:
+    """Installed version of distribution ``name`` (None if not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        if name == "alf_async":
+            import alf_async
+
+            return alf_async.__version__
+        return None
+
+
+def gpu_names() -> list:
+    """Names of the CUDA GPUs torch can see ([] without CUDA)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001  (a broken CUDA set-up is reported as no GPU)
+        pass
+    return []
+
+
+def describe_machine() -> Dict[str, object]:
+    """CPU count and model, memory, GPUs, OS and library versions."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    try:
+        import psutil
+
+        memory_gb = round(psutil.virtual_memory().total / 2 ** 30, 1)
+    except ImportError:
+        memory_gb = None
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "cpu_model": cpu_model(),
+        "memory_gb": memory_gb,
+        "gpus": gpu_names(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {name: package_version(name) for name in PACKAGES},
+    }
