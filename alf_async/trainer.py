@@ -88,8 +88,11 @@ class Trainer:
         max_trajectory_memory_gb: refuse configurations whose trajectory slots
             (N * slots_per_actor * one trajectory) would need more shared memory.
         learner_num_threads: torch CPU threads of the learner (0 keeps torch's
-            default, one per core). On small machines running actors beside the
-            learner, 1 avoids threads competing with the actors for cores.
+            default, one per core). The default 1 suits the small MLPs of PPO and
+            leaves the cores to the actors: with several threads on a machine
+            whose cores are busy with actors, intra-op threads wait on each other
+            (measured here: 15x slower training on 2 busy cores). Raise it for
+            large networks trained on the CPU of a machine with spare cores.
         policy_factory: for tests of the runtime: builds the actors' policy
             (default: the learner's actor-critic).
     """
@@ -101,7 +104,7 @@ class Trainer:
                  backend: str = "process", checkpoint_interval: int = 20,
                  max_actor_restarts: int = 3, fatal_env_errors: bool = False,
                  max_episode_steps: Optional[int] = None,
-                 max_trajectory_memory_gb: float = 8.0, learner_num_threads: int = 0,
+                 max_trajectory_memory_gb: float = 8.0, learner_num_threads: int = 1,
                  policy_factory: Optional[Callable] = None):
         for name in ("num_envs", "num_actors", "unroll_length", "slots_per_actor",
                      "checkpoint_interval"):
