@@ -36,7 +36,9 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} does not exist") from None
     except Exception as e:  # noqa: BLE001  (torch raises many kinds)
         text = str(e)
-        if "weights_only" in text or "Unsupported global" in text:
+        # Only a disallowed global/class means "unsafe"; torch also says "Weights only
+        # load failed" for plain garbage, which is corruption (fall back).
+        if "Unsupported global" in text or "Unsupported class" in text:
             reason = ("it holds pickled Python objects other than tensors and plain "
                       "values, which alf_async refuses to load (weights_only=True)")
         else:

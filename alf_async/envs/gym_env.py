@@ -43,6 +43,11 @@ def quiet_stdout(fd: int = 1):
 
 
 def _register_env_ids() -> None:
+    try:  # pybullet prints its build time on stderr when first imported
+        with quiet_stdout(2):
+            importlib.import_module("pybullet")
+    except ImportError:
+        pass
     for module in _REGISTERING_MODULES:
         try:
             with quiet_stdout():
