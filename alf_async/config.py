@@ -11,6 +11,8 @@ so that bindings to any of them parse (and unknown names are reported).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 from typing import List, Optional, Sequence
@@ -93,6 +95,19 @@ def _explain_gin_error(error: Exception, source: str) -> ConfigError:
     return ConfigError(f"Invalid gin configuration in {source}: {first}")
 
 
+@contextlib.contextmanager
+def _quiet_root_logging():
+    """gin's package-resource reader logs each search-path miss of an ``include``
+    ("Path not found") on the root logger; those are not errors for us."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = (),
                  search_path: Optional[Sequence[str]] = None) -> List[str]:
     """Clear gin, then parse ``gin_files`` and the ``gin_params`` bindings.
@@ -102,12 +117,17 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = (),
     search_path = list(search_path or gin_search_path())
     register_configurables()
     gin.clear_config()
+    # gin keeps include search paths across calls: start again from the current ones.
+    prefixes = getattr(getattr(gin, "config", None), "_LOCATION_PREFIXES", None)
+    if isinstance(prefixes, list):
+        prefixes[:] = [""]
     for directory in search_path:
         gin.add_config_file_search_path(directory)
     paths = [find_gin_file(name, search_path) for name in gin_files]
     for path in paths:
         try:
-            gin.parse_config_file(path)
+            with _quiet_root_logging():
+                gin.parse_config_file(path)
         except (ValueError, KeyError, SyntaxError, TypeError, IOError) as e:
             if isinstance(e, IOError) and "include" not in str(e).lower():
                 raise ConfigError(f"could not read gin file {path}: {e}") from None
