@@ -1,0 +1,325 @@
+"""Helpers shared by the benchmark scripts in bench/ (not a benchmark itself).
+
+Conventions every script follows:
+
+- stdout carries exactly one line, a JSON object with the figures; everything
+  else (logs, PyBullet's C-level prints, the train command's console) goes to
+  stderr. ``claim_stdout()`` enforces this at the file-descriptor level, so even
+  child processes that print to fd 1 end up on stderr.
+- training runs are started through the train command
+  (``python -m alf_async.bin.train``) in a child process, exactly as a user would
+  start them, and read back from their ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, IO, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+logger = logging.getLogger("bench")
+
+_json_out: Optional[IO[str]] = None
+
+
+def claim_stdout() -> None:
+    """Keep the real stdout for the final JSON line; send fd 1 to stderr.
+
+    Call once at the start of ``main()`` (not at import: spawned children
+    re-import the main module).
+    """
+    global _json_out
+    if _json_out is not None:
+        return
+    sys.stdout.flush()
+    _json_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s [bench] %(message)s", datefmt="%H:%M:%S")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else None
+    return value
+
+
+def emit(result: Dict[str, Any]) -> None:
+    """Print the one JSON line of figures to the real stdout."""
+    out = _json_out or sys.__stdout__
+    out.write(json.dumps(_clean(result), sort_keys=False) + "\n")
+    out.flush()
+
+
+def parse_int_list(text: str) -> List[int]:
+    """'32,48,96' -> [32, 48, 96]."""
+    return [int(x) for x in text.replace(" ", "").split(",") if x]
+
+
+def mean(values: Iterable[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def median(values: Iterable[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def machine_info() -> Dict[str, Any]:
+    """CPU count and load, to judge how noisy the timings are."""
+    info: Dict[str, Any] = {"cpu_count": os.cpu_count()}
+    try:
+        info["cpu_affinity"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        info["load_avg_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return info
+
+
+# -- raw env throughput ---------------------------------------------------------
+def raw_env_steps_per_s(env, num_steps: int, warmup_steps: int = 10,
+                        seed: int = 0) -> Dict[str, float]:
+    """Env steps/s of ``env`` (a BatchedEnv) under uniform random actions.
+
+    Actions are drawn before timing so that only ``env.step`` is measured.
+    Returns {"steps_per_s", "seconds", "env_steps"}.
+    """
+    rng = np.random.default_rng(seed)
+    K, A = env.num_envs, env.action_dim
+    actions = rng.uniform(-1.0, 1.0, size=(warmup_steps + num_steps, K, A)).astype(np.float32)
+    for t in range(warmup_steps):
+        env.step(actions[t])
+    start = time.perf_counter()
+    for t in range(warmup_steps, warmup_steps + num_steps):
+        env.step(actions[t])
+    seconds = time.perf_counter() - start
+    env.pop_finished_episodes()
+    return {"steps_per_s": K * num_steps / seconds, "seconds": seconds,
+            "env_steps": K * num_steps}
+
+
+def measure_raw_env(env_name: str, num_envs: int, num_workers: int, num_steps: int,
+                    warmup_steps: int = 10, seed: int = 0) -> Dict[str, float]:
+    """Build a BatchedEnv, measure ``raw_env_steps_per_s`` on it, close it."""
+    from alf_async.envs.batched_env import BatchedEnv
+
+    with BatchedEnv(env_name, num_envs, num_workers, seed=seed) as env:
+        env.reset()
+        return raw_env_steps_per_s(env, num_steps, warmup_steps, seed)
+
+
+# -- training runs through the train command ---------------------------------------
+class RunDir:
+    """A run directory under ``base`` (a fresh temporary one by default),
+    removed at exit unless ``keep``."""
+
+    def __init__(self, base: Optional[str], name: str, keep: bool):
+        self.keep = keep or base is not None
+        if base is None:
+            base = tempfile.mkdtemp(prefix="alf_async_bench_")
+            self._tmp = base
+        else:
+            self._tmp = None
+            os.makedirs(base, exist_ok=True)
+        self.path = os.path.join(base, name)
+        if os.path.exists(self.path):
+            raise FileExistsError(f"{self.path} exists; a benchmark needs a fresh run "
+                                  "directory (the train command would resume it)")
+
+    def cleanup(self) -> None:
+        if not self.keep and self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def train_command(gin_files: Sequence[str], gin_params: Sequence[str],
+                  root_dir: str) -> List[str]:
+    cmd = [sys.executable, "-m", "alf_async.bin.train", f"--root_dir={root_dir}"]
+    cmd += [f"--gin_file={f}" for f in gin_files]
+    cmd += [f"--gin_param={p}" for p in gin_params]
+    return cmd
+
+
+def run_train(gin_files: Sequence[str], gin_params: Sequence[str], root_dir: str,
+              timeout_s: Optional[float] = None, stop_when=None,
+              poll_s: float = 5.0) -> Dict[str, Any]:
+    """Run the train command to its end (or until ``stop_when(rows)`` is true,
+    then stop it with SIGTERM, which writes a final checkpoint and exits 143).
+
+    The child's stdout and stderr both go to our stderr. Returns
+    {"returncode", "wall_s", "stopped_early", "timed_out"}.
+    """
+    cmd = train_command(gin_files, gin_params, root_dir)
+    logger.info("running: %s", " ".join(cmd))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=sys.stderr.fileno(),
+                            stderr=sys.stderr.fileno(), env=env)
+    stopped_early = timed_out = False
+    metrics_path = os.path.join(root_dir, "metrics.jsonl")
+    try:
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                logger.warning("run exceeded %.0f s; stopping it", timeout_s)
+                timed_out = True
+                _terminate(proc)
+                break
+            if stop_when is not None and stop_when(read_metrics(metrics_path)):
+                logger.info("stop condition met; stopping the run")
+                stopped_early = True
+                _terminate(proc)
+                break
+    except BaseException:
+        _terminate(proc)
+        raise
+    return {"returncode": proc.returncode, "wall_s": time.monotonic() - start,
+            "stopped_early": stopped_early, "timed_out": timed_out}
+
+
+def _terminate(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGTERM (the trainer checkpoints and stops its children), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def read_metrics(path: str) -> List[Dict[str, Any]]:
+    """Rows of a metrics.jsonl (a missing file or a torn last line are tolerated)."""
+    rows: List[Dict[str, Any]] = []
+    if not os.path.isfile(path):
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows
+
+
+def steady_rows(rows: List[Dict[str, Any]], warmup: int) -> List[Dict[str, Any]]:
+    """Rows after the first ``warmup`` iterations (start-up, first weight loads
+    and, for N >= 2, the pipeline filling up). Falls back to the last row if the
+    run was too short."""
+    kept = [r for r in rows if r.get("iteration", 0) > warmup]
+    if not kept and rows:
+        logger.warning("only %d iterations for a warm-up of %d: using the last one",
+                       len(rows), warmup)
+        kept = rows[-1:]
+    return kept
+
+
+def summarize_timing(rows: List[Dict[str, Any]]) -> Dict[str, float]:
+    """Mean T, EPS, env steps/s and time split of steady-state metrics rows.
+
+    EPS and env steps/s are computed from the mean T (K / mean T), not averaged
+    per row, so that they agree with the design's definitions.
+    """
+    if not rows:
+        return {}
+    T = mean(r["T"] for r in rows)
+    K = rows[0]["num_envs"]
+    L_unroll = rows[0]["unroll_length"]
+    return {
+        "iterations_used": len(rows),
+        "T": T,
+        "T_median": median(r["T"] for r in rows),
+        "EPS": K / T,
+        "env_steps_per_s": K * L_unroll / T,
+        "U": mean(r["actor_unroll_s"] for r in rows),
+        "L": mean(r["learner_train_s"] for r in rows),
+        "learner_wait_s": mean(r["learner_wait_s"] for r in rows),
+        "actor_wait_s": mean(r["actor_wait_s"] for r in rows),
+        "actor_inference_s": mean(r["actor_inference_s"] for r in rows),
+        "actor_env_s": mean(r["actor_env_s"] for r in rows),
+        "lag_mean": mean(r["lag"] for r in rows),
+        "lag_max": max(r["lag"] for r in rows),
+    }
+
+
+def add_common_train_args(parser) -> None:
+    """Options every training-based benchmark shares."""
+    parser.add_argument("--gin_param", action="append", default=[],
+                        help="extra gin binding for every run (repeatable)")
+    parser.add_argument("--root_dir", default=None,
+                        help="put run directories here and keep them (default: a "
+                             "temporary directory, removed at the end)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary run directories")
+    parser.add_argument("--timeout_s", type=float, default=3600.0,
+                        help="stop a training run that takes longer than this")
+
+
+def timing_run(gin_file: str, params: Sequence[str], name: str, root_dir: Optional[str],
+               keep: bool, warmup: int, timeout_s: Optional[float]) -> Dict[str, float]:
+    """One training run for timing: run the train command with ``params`` (which
+    should set a budget in iterations), then ``summarize_timing`` of the rows
+    after ``warmup`` iterations. Checkpoints are pushed past the budget so that
+    writing them does not inflate T (the final one is still written after the
+    loop). Raises RuntimeError if the run failed."""
+    run = RunDir(root_dir, name, keep)
+    params = ["Trainer.checkpoint_interval=1000000"] + list(params)
+    try:
+        status = run_train([gin_file], params, run.path, timeout_s)
+        rows = read_metrics(os.path.join(run.path, "metrics.jsonl"))
+    finally:
+        run.cleanup()
+    if status["returncode"] != 0 or not rows:
+        raise RuntimeError(f"training run {name} failed (exit {status['returncode']}, "
+                           f"{len(rows)} iterations); see the log above")
+    summary = summarize_timing(steady_rows(rows, warmup))
+    summary["iterations_run"] = len(rows)
+    summary["wall_s"] = status["wall_s"]
+    return summary
+
+
+def config_value(gin_file: str, gin_params: Sequence[str], name: str) -> Any:
+    """The value a gin file (plus bindings) gives ``name``, e.g. 'Trainer.num_envs'."""
+    import gin
+
+    from alf_async.config import parse_config
+
+    parse_config([gin_file], list(gin_params))
+    try:
+        return gin.query_parameter(name)
+    finally:
+        gin.clear_config()

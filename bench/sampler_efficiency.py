@@ -1,0 +1,115 @@
+"""Sampler efficiency: how close an actor process gets to the raw env speed.
+
+For each W (env-worker processes per actor) this runs a short synchronous
+training run (N = 1 actor process, the "process" backend, through the train
+command) and reads its metrics.jsonl. After skipping ``--warmup`` iterations:
+
+- actor_steps_per_s = K * unroll_length / actor_unroll_s: the actor process's
+  env steps/s while it unrolls, with the policy in the loop and the trajectory
+  written into its shared-memory slot (the transport of the payload);
+- end_to_end_steps_per_s = K * unroll_length / (T - learner_train_s): the same
+  seen from the learner. With N = 1 everything in an iteration that is not
+  training is one cycle of the actor (slot release message, weight load, unroll,
+  BatchReady message) plus the learner's own bookkeeping (metrics), so this adds
+  the message, weight-loading and bookkeeping costs to the unroll;
+- raw_steps_per_s: BatchedEnv.step with random actions at the same K and W, in
+  this process, measured after the run (nothing else running);
+- efficiency = actor_steps_per_s / raw_steps_per_s (target >= 0.85), and
+  end_to_end_efficiency likewise.
+
+The learner trains with ``--num_epochs`` (default 1) so that runs are short; with
+N = 1 the learner is idle while the actor unrolls, so this does not change what
+is measured. On a machine with fewer cores than 1 + W processes the figures
+depend on scheduling; compare ``load_avg_1m`` before trusting them.
+
+Output: one JSON line {"bench": "sampler_efficiency", ..., "results": [{"W": ...,
+"efficiency": ..., "pass": ...}, ...], "pass": all W passed}.
+
+Full size:  python bench/sampler_efficiency.py
+Smoke run:  python bench/sampler_efficiency.py --num_envs 4 --workers 0,1 --unroll_length 32 --iterations 3 --warmup 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import benchlib  # noqa: E402
+
+logger = logging.getLogger("bench")
+TARGET = 0.85
+
+
+def parse_args(argv: List[str] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gin_file", default="ppo_bullet_humanoid.gin",
+                   help="base config (env id and networks come from it)")
+    p.add_argument("--env", default=None, help="override Trainer.env_name")
+    p.add_argument("--num_envs", type=int, default=32, help="K")
+    p.add_argument("--workers", default="0,1,2", help="comma-separated W values")
+    p.add_argument("--unroll_length", type=int, default=128)
+    p.add_argument("--iterations", type=int, default=8, help="training iterations per run")
+    p.add_argument("--warmup", type=int, default=2, help="iterations skipped")
+    p.add_argument("--num_epochs", type=int, default=1,
+                   help="PPO epochs per iteration (only shortens the run)")
+    p.add_argument("--raw_unrolls", type=int, default=3,
+                   help="the raw measurement steps this many unroll lengths")
+    p.add_argument("--target", type=float, default=TARGET)
+    benchlib.add_common_train_args(p)
+    return p.parse_args(argv)
+
+
+def env_name_of(args: argparse.Namespace) -> str:
+    return args.env or benchlib.config_value(args.gin_file, args.gin_param,
+                                             "Trainer.env_name")
+
+
+def run_one_w(args: argparse.Namespace, env_name: str, w: int) -> Dict[str, Any]:
+    K, T = args.num_envs, args.unroll_length
+    params = [f"Trainer.env_name='{env_name}'", f"Trainer.num_envs={K}",
+              f"Trainer.num_env_workers={w}", "Trainer.num_actors=1",
+              "Trainer.backend='process'", f"Trainer.unroll_length={T}",
+              f"Trainer.num_iterations={args.iterations}", "Trainer.num_env_steps=0",
+              f"PPOLearner.num_epochs={args.num_epochs}",
+              f"PPOLearner.mini_batch_size={min(4096, K * T)}"] + args.gin_param
+    summary = benchlib.timing_run(args.gin_file, params, f"sampler_K{K}_W{w}",
+                                  args.root_dir, args.keep, args.warmup, args.timeout_s)
+    steps = K * T
+    actor_rate = steps / summary["U"]
+    e2e_rate = steps / (summary["T"] - summary["L"])
+    raw = benchlib.measure_raw_env(env_name, K, w, args.raw_unrolls * T, seed=1)
+    efficiency = actor_rate / raw["steps_per_s"]
+    logger.info("W=%d: actor %.0f steps/s, end-to-end %.0f, raw %.0f -> efficiency %.3f",
+                w, actor_rate, e2e_rate, raw["steps_per_s"], efficiency)
+    return {"W": w, "actor_steps_per_s": actor_rate, "end_to_end_steps_per_s": e2e_rate,
+            "raw_steps_per_s": raw["steps_per_s"], "efficiency": efficiency,
+            "end_to_end_efficiency": e2e_rate / raw["steps_per_s"],
+            "actor_inference_frac": summary["actor_inference_s"] / summary["U"],
+            "iterations_used": summary["iterations_used"], "pass": efficiency >= args.target}
+
+
+def main(argv: List[str] = None) -> int:
+    benchlib.claim_stdout()
+    benchlib.setup_logging()
+    args = parse_args(argv)
+    env_name = env_name_of(args)
+    results = [run_one_w(args, env_name, w) for w in benchlib.parse_int_list(args.workers)
+               if w <= args.num_envs]
+    benchlib.emit({
+        "bench": "sampler_efficiency", "env": env_name, "num_envs": args.num_envs,
+        "unroll_length": args.unroll_length, "iterations": args.iterations,
+        "warmup": args.warmup, "target": args.target, **benchlib.machine_info(),
+        "results": results, "pass": all(r["pass"] for r in results),
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
