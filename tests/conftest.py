@@ -33,6 +33,26 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1) -> bool:
     return predicate()
 
 
+def _new_blocks_of_this_test(blocks_before):
+    """New blocks, except those owned by a live process outside this process tree.
+
+    Other test runs and trainings on the same machine create their own blocks while
+    a test runs; those are not this test's leaks. A block counts if its owner
+    (the pid in its name) is this process, one of its descendants, or gone.
+    """
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    leaked = set()
+    for name in set(list_blocks()) - blocks_before:
+        try:
+            owner = int(name[len("alfa_"):].split("_", 1)[0])
+        except ValueError:
+            leaked.add(name)
+            continue
+        if owner in ours or not psutil.pid_exists(owner):
+            leaked.add(name)
+    return leaked
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail a test that leaves child processes or shared-memory blocks behind."""
@@ -54,8 +74,8 @@ def no_leaks():
 
     wait_until(lambda: not leftover_children(), timeout=10.0)
     assert not leftover_children(), f"child processes left behind: {leftover_children()}"
-    wait_until(lambda: not (set(list_blocks()) - blocks_before), timeout=5.0)
-    leaked = set(list_blocks()) - blocks_before
+    wait_until(lambda: not _new_blocks_of_this_test(blocks_before), timeout=5.0)
+    leaked = _new_blocks_of_this_test(blocks_before)
     assert not leaked, f"shared-memory blocks left behind: {sorted(leaked)}"
 
 

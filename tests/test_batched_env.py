@@ -1,0 +1,222 @@
+"""BatchedEnv steps K PyBullet envs identically in-process and in worker processes.
+
+On InvertedPendulumBulletEnv-v0 with ``max_episode_steps`` lowered to 15 and
+scripted actions (full push right / left, which topples the pole: terminations;
+no push, which keeps it up until the time limit: truncations; small noise), this
+proves that:
+
+- W = 0 (in-process) and W = 2 (two env-worker processes over shared memory)
+  give identical observations, rewards, terminated and truncated flags, final
+  observations and finished-episode (return, length) statistics for the same
+  seeds and actions, and that both terminations and truncations occurred;
+- auto-reset semantics match an independent loop over plain ``make_env`` envs:
+  at an episode end the step returns the episode's last observation in
+  ``final_observation`` and the next episode's first observation in
+  ``observation``; env k is seeded with ``seed + k`` at the first reset and
+  continues its own RNG afterwards; ``truncated`` is never set together with
+  ``terminated``; finished episodes carry their summed reward and length;
+- seeds are per env: different envs / seeds give different first observations,
+  and env k of seed s starts like env 0 of seed s + k;
+- ``close()`` ends the env-worker processes and removes the shared memory, and
+  is safe to call twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import psutil
+import pytest
+
+from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.gym_env import make_env
+from alf_async.runtime.shared_memory import list_blocks
+
+ENV = "InvertedPendulumBulletEnv-v0"
+K = 4
+LIMIT = 15
+STEPS = 40
+SEED = 11
+
+
+def _actions() -> np.ndarray:
+    """[STEPS, K, 1]: env 0 pushes right, env 1 left, env 2 nothing, env 3 noise."""
+    rng = np.random.default_rng(0)
+    actions = np.zeros((STEPS, K, 1), np.float32)
+    actions[:, 0] = 1.0
+    actions[:, 1] = -1.0
+    actions[:, 3, 0] = rng.uniform(-0.2, 0.2, size=STEPS)
+    return actions
+
+
+def _run_batched(num_workers: int):
+    actions = _actions()
+    out = {"observation": [], "reward": [], "terminated": [], "truncated": [],
+           "final_observation": []}
+    with BatchedEnv(ENV, K, num_workers=num_workers, seed=SEED,
+                    max_episode_steps=LIMIT) as env:
+        assert (env.observation_dim, env.action_dim, env.max_episode_steps) == (5, 1, LIMIT)
+        first = env.reset()
+        for t in range(STEPS):
+            r = env.step(actions[t])
+            for key in out:
+                out[key].append(getattr(r, key))
+        finished = env.pop_finished_episodes()
+        assert env.pop_finished_episodes() == []
+    traj = {k: np.stack(v) for k, v in out.items()}
+    traj["first"] = first
+    traj["finished"] = finished
+    return traj
+
+
+def _run_reference():
+    """The same envs stepped one by one with plain gymnasium-style auto-reset."""
+    actions = _actions()
+    obs = np.zeros((STEPS, K, 5), np.float32)
+    final = np.full((STEPS, K, 5), np.nan, np.float32)
+    reward = np.zeros((STEPS, K), np.float32)
+    term = np.zeros((STEPS, K), bool)
+    trunc = np.zeros((STEPS, K), bool)
+    first = np.zeros((K, 5), np.float32)
+    episodes = []  # (end step, env, return, length)
+    for k in range(K):
+        env = make_env(ENV, max_episode_steps=LIMIT)
+        try:
+            first[k] = env.reset(seed=SEED + k)
+            ret, length = 0.0, 0
+            for t in range(STEPS):
+                o, r, te, tr, _ = env.step(actions[t, k])
+                reward[t, k] = r
+                ret += float(np.float32(r))
+                length += 1
+                if te or tr:
+                    term[t, k], trunc[t, k] = te, tr and not te
+                    final[t, k] = o
+                    episodes.append((t, k, ret, length))
+                    ret, length = 0.0, 0
+                    o = env.reset()  # no seed: the env's own RNG continues
+                obs[t, k] = o
+        finally:
+            env.close()
+    episodes.sort()  # BatchedEnv reports episodes step by step, env by env
+    return {"observation": obs, "reward": reward, "terminated": term, "truncated": trunc,
+            "final_observation": final, "first": first,
+            "finished": [(ret, length) for _, _, ret, length in episodes]}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {"W0": _run_batched(0), "W2": _run_batched(2), "ref": _run_reference()}
+
+
+def _assert_same_trajectory(a, b):
+    np.testing.assert_array_equal(a["first"], b["first"])
+    for key in ("observation", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    done = a["terminated"] | a["truncated"]
+    np.testing.assert_array_equal(a["final_observation"][done],
+                                  b["final_observation"][done])
+
+
+def test_scripted_actions_cause_terminations_and_truncations(runs):
+    ref = runs["ref"]
+    assert ref["terminated"][:, :2].sum() >= 4  # pushed pendulums fall, repeatedly
+    assert ref["truncated"][:, 2].sum() == STEPS // LIMIT  # idle one hits the time limit
+    assert not (ref["terminated"] & ref["truncated"]).any()
+    np.testing.assert_array_equal(np.flatnonzero(ref["truncated"][:, 2]), [14, 29])
+
+
+def test_in_process_and_worker_processes_give_identical_trajectories(runs):
+    w0, w2 = runs["W0"], runs["W2"]
+    assert w0["terminated"].any() and w0["truncated"].any()
+    _assert_same_trajectory(w0, w2)
+    assert w0["finished"] == w2["finished"]
+    assert len(w0["finished"]) == int((w0["terminated"] | w0["truncated"]).sum())
+
+
+def test_auto_reset_semantics_match_independent_loop(runs):
+    w0, ref = runs["W0"], runs["ref"]
+    _assert_same_trajectory(w0, ref)
+    assert [length for _, length in w0["finished"]] == [l for _, l in ref["finished"]]
+    for (ret, _), (ref_ret, _) in zip(w0["finished"], ref["finished"]):
+        assert ret == pytest.approx(ref_ret, rel=1e-6)
+    # At an episode end the returned observation starts a new episode: it differs
+    # from the final observation, and the next episode is not a replay of the
+    # first one (the env's RNG continued rather than being re-seeded).
+    done = w0["terminated"] | w0["truncated"]
+    t, k = np.nonzero(done)
+    assert len(t) > 0
+    assert not np.array_equal(w0["observation"][t, k], w0["final_observation"][t, k])
+    assert not np.array_equal(w0["observation"][t[0], k[0]], w0["first"][k[0]])
+
+
+def test_episode_statistics_are_sums_and_lengths(runs):
+    w0 = runs["W0"]
+    # Rebuild per-env episodes from the step results alone.
+    expected = []
+    ret = np.zeros(K)
+    length = np.zeros(K, int)
+    for t in range(STEPS):
+        ret += w0["reward"][t]
+        length += 1
+        for k in np.flatnonzero(w0["terminated"][t] | w0["truncated"][t]):
+            expected.append((ret[k], length[k]))
+            ret[k], length[k] = 0.0, 0
+    assert [l for _, l in w0["finished"]] == [int(l) for _, l in expected]
+    np.testing.assert_allclose([r for r, _ in w0["finished"]], [r for r, _ in expected],
+                               rtol=1e-9)
+    # Episodes cut by the time limit are exactly max_episode_steps long.
+    truncated_lengths = {l for (r, l), trunc in zip(
+        w0["finished"], _ended_by_truncation(w0)) if trunc}
+    assert truncated_lengths == {LIMIT}
+
+
+def _ended_by_truncation(traj):
+    flags = []
+    for t in range(STEPS):
+        for k in np.flatnonzero(traj["terminated"][t] | traj["truncated"][t]):
+            flags.append(bool(traj["truncated"][t, k]))
+    return flags
+
+
+def test_per_env_seeds():
+    with BatchedEnv(ENV, 3, num_workers=0, seed=5) as env:
+        first = env.reset()
+        again = env.reset()
+    assert not np.array_equal(first[0], first[1])
+    assert not np.array_equal(first[1], first[2])
+    np.testing.assert_array_equal(first, again)  # reset re-applies seed + k
+    with BatchedEnv(ENV, 1, num_workers=0, seed=7) as env:
+        shifted = env.reset()
+    np.testing.assert_array_equal(shifted[0], first[2])  # seed 7 + 0 == seed 5 + 2
+    with BatchedEnv(ENV, 1, num_workers=0, seed=6) as env:
+        other = env.reset()
+    assert not np.array_equal(other[0], first[0])
+
+
+def test_close_ends_worker_processes_and_frees_shared_memory():
+    env = BatchedEnv(ENV, 3, num_workers=2, seed=0, max_episode_steps=LIMIT)
+    try:
+        pids = env.worker_pids
+        assert len(pids) == 2 and os.getpid() not in pids
+        assert all(psutil.pid_exists(pid) for pid in pids)
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        assert set(pids) <= children
+        assert list_blocks(os.getpid())  # the batch arrays live in shared memory
+        env.reset()
+        env.step(np.zeros((3, 1), np.float32))
+    finally:
+        env.close()
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert env.worker_pids == []
+    assert list_blocks(os.getpid()) == []
+    env.close()  # idempotent
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError):
+        BatchedEnv(ENV, 0)
+    with pytest.raises(ValueError):
+        BatchedEnv(ENV, 2, num_workers=3)
