@@ -160,7 +160,6 @@ class Trainer:
         self.policy_factory = policy_factory
         self.observation_dim = observation_dim
         self.action_dim = action_dim
-        os.makedirs(self.root_dir, exist_ok=True)
         if learner_num_threads < 0:
             raise ConfigError(f"Trainer.learner_num_threads must be >= 0, got {learner_num_threads}")
         if learner_num_threads:
@@ -170,6 +169,7 @@ class Trainer:
             self.learner.check_batch_size(unroll_length, num_envs)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        os.makedirs(self.root_dir, exist_ok=True)
         self.checkpointer = Checkpointer(self.root_dir)
         self.counters: Dict[str, float] = {"iteration": 0, "env_steps": 0, "episodes": 0,
                                            "wall_time": 0.0}

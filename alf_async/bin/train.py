@@ -84,12 +84,12 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         parse_config(list(gin_files), list(gin_params))
     except ConfigError as e:
         return user_error(str(e))
-    setup_logging(root_dir)
-    logger = logging.getLogger("alf_async")
     try:
         trainer = Trainer(root_dir=root_dir)
     except (ConfigError, ValueError, TypeError) as e:
         return user_error(str(e).strip())
+    setup_logging(root_dir)
+    logger = logging.getLogger("alf_async")
     config_text = gin.config_str()
     if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
         _write_text(saved, config_text)
