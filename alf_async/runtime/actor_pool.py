@@ -81,6 +81,9 @@ class ProcessActorPool:
         self._ctx = mp_context()
         self._handles: Dict[int, _ActorHandle] = {}
         self._pending: List[messages.BatchReady] = []
+        # slot -> the oldest version its unroll under way can act with (the
+        # version published when the slot was handed to the actor).
+        self._unrolling: Dict[int, int] = {}
         self.slots = TrajectorySlots.create(num_actors * slots_per_actor,
                                             config.unroll_length, config.num_envs,
                                             observation_dim, action_dim)
@@ -99,6 +102,8 @@ class ProcessActorPool:
                   self.weight_store.specs, os.getpid()))
         process.start()
         child_conn.close()
+        for slot in self._slot_indices(actor_id):
+            self._unrolling[slot] = self.weight_store.version
         self._handles[actor_id] = _ActorHandle(actor_id, generation, process, parent_conn)
 
     def start(self) -> None:
@@ -162,6 +167,7 @@ class ProcessActorPool:
         if getattr(message, "generation", handle.generation) != handle.generation:
             return
         if isinstance(message, messages.BatchReady):
+            self._unrolling.pop(message.slot, None)
             self._pending.append(message)
         elif isinstance(message, messages.ActorReady):
             handle.ready = True
@@ -209,13 +215,35 @@ class ProcessActorPool:
     def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
         """Block until a batch is ready; returns its message and slot views.
 
-        Batches are handed out in the order the actors finished them.
+        Batches are handed out in the order the actors finished them. With one
+        slot per actor, lag <= N - 1 is kept even when an actor is late: a batch
+        acted by version v must be trained at version v + N - 1 at the latest;
+        the oldest pending batch goes first, and only if every other batch
+        (pending, or still being unrolled) can still meet its deadline, one per
+        iteration, afterwards; otherwise the learner waits for the late actor.
         """
-        while not self._pending:
+        while True:
+            index = self._next_index()
+            if index is not None:
+                break
             self._poll(1.0)
-        self._pending.sort(key=lambda m: m.sent_at)
-        message = self._pending.pop(0)
+        message = self._pending.pop(index)
         return message, self.slots.slot(message.slot)
+
+    def _next_index(self) -> Optional[int]:
+        if not self._pending:
+            return None
+        order = sorted(range(len(self._pending)), key=lambda i: self._pending[i].sent_at)
+        if self.slots_per_actor != 1:
+            return order[0]
+        first = min(order, key=lambda i: self._pending[i].version)
+        others = sorted([m.version for i, m in enumerate(self._pending) if i != first]
+                        + list(self._unrolling.values()))
+        now = self.weight_store.version
+        if not self._unrolling or all(v + self.num_actors - 1 >= now + k
+                                      for k, v in enumerate(others, start=1)):
+            return first
+        return None
 
     def queue_length(self) -> int:
         """Batches received and not yet handed to the learner."""
@@ -232,6 +260,7 @@ class ProcessActorPool:
         handle = self._handles.get(message.actor_id)
         if handle is None or handle.generation != message.generation:
             return
+        self._unrolling[message.slot] = self.weight_store.version
         try:
             handle.conn.send((messages.RELEASE, (message.slot, reseed_epoch)))
         except (OSError, ValueError):
