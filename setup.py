@@ -27,6 +27,7 @@ setup(
         "tensorboard>=2.14",
         "psutil>=5.9",
         "imageio>=2.31",
+        "imageio-ffmpeg>=0.4",  # MP4 recording in alf_async.bin.play
         "matplotlib>=3.7",
     ],
     extras_require={

@@ -12,7 +12,7 @@ Layout of a sweep directory::
 Each run is started as ``python -m alf_async.bin.train --root_dir=<run dir>
 --gin_file=... --gin_param=...`` in a new session (process group), so that it has
 its own operative config and process tree, and a terminal Ctrl-C reaches only the
-sweep. Running the sweep again skips runs whose last attempt finished (exit 0)
+sweep; if the sweep itself dies, its runs receive SIGTERM (a clean stop). Running the sweep again skips runs whose last attempt finished (exit 0)
 with the same train arguments and resumes the others (train resumes from the
 newest checkpoint).
 
@@ -113,6 +113,13 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def _stop_with_parent() -> None:
+    """In the child before exec: SIGTERM it (a clean stop) if the sweep dies."""
+    from alf_async.utils.process import set_parent_death_signal
+
+    set_parent_death_signal(signal.SIGTERM)
+
+
 def _tail(path: str, lines: int = 6) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -137,7 +144,7 @@ class SweepRunner:
 
     def __init__(self, root_dir: str, gin_files: Sequence[str], specs: Sequence[RunSpec],
                  gin_params: Sequence[str] = (), max_parallel: int = 1,
-                 stop_timeout_s: float = 30.0,
+                 stop_timeout_s: float = 60.0,
                  log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)):
         if max_parallel < 1:
             raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
@@ -167,10 +174,6 @@ class SweepRunner:
         self._signals_received += 1
         if self.stop_signal is None:
             self.stop_signal = signum
-
-    def request_stop(self, signum: int = signal.SIGINT) -> None:
-        """Ask the sweep to stop as if it had received ``signum``."""
-        self._on_signal(signum, None)
 
     # -- running --------------------------------------------------------------
     def run(self) -> List[RunOutcome]:
@@ -255,7 +258,8 @@ class SweepRunner:
             output.flush()
             proc = subprocess.Popen(self.command(spec), stdout=output,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
+                                    env=env, start_new_session=True,
+                                    preexec_fn=_stop_with_parent)
         self.log(f"[sweep] ({index}/{total}) {spec.name}: "
                  f"{'resumed' if resuming else 'started'} (pid {proc.pid}), "
                  f"output in {output_path}")

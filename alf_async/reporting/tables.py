@@ -24,14 +24,23 @@ def fmt_number(value: Optional[float], digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_seconds(value: Optional[float]) -> str:
+    """Seconds with 2 decimals from 1 s up, 3 significant digits below (0.0364)."""
+    if value is None or not math.isfinite(float(value)):
+        return MISSING
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:#.3g}"
+
+
 def fmt_int(value: Optional[float]) -> str:
     return MISSING if value is None else f"{int(value)}"
 
 
 def fmt_duration(seconds: Optional[float]) -> str:
-    """'42s', '3m05s' or '1h40m'; ``MISSING`` for None."""
+    """'0.4s', '42s', '3m05s' or '1h40m'; ``MISSING`` for None."""
     if seconds is None or not math.isfinite(seconds):
         return MISSING
+    if seconds < 10:
+        return f"{seconds:.1f}s"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"
