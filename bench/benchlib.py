@@ -108,20 +108,23 @@ def raw_env_steps_per_s(env, num_steps: int, warmup_steps: int = 10,
     """Env steps/s of ``env`` (a BatchedEnv) under uniform random actions.
 
     Actions are drawn before timing so that only ``env.step`` is measured.
-    Returns {"steps_per_s", "seconds", "env_steps"}.
+    Returns {"steps_per_s", "seconds", "env_steps", "episodes"} (episodes: those
+    finished during the timed steps; resets cost time, so compare episode rates
+    when comparing with an unroll under a policy).
     """
     rng = np.random.default_rng(seed)
     K, A = env.num_envs, env.action_dim
     actions = rng.uniform(-1.0, 1.0, size=(warmup_steps + num_steps, K, A)).astype(np.float32)
     for t in range(warmup_steps):
         env.step(actions[t])
+    env.pop_finished_episodes()
     start = time.perf_counter()
     for t in range(warmup_steps, warmup_steps + num_steps):
         env.step(actions[t])
     seconds = time.perf_counter() - start
-    env.pop_finished_episodes()
+    episodes = len(env.pop_finished_episodes())
     return {"steps_per_s": K * num_steps / seconds, "seconds": seconds,
-            "env_steps": K * num_steps}
+            "env_steps": K * num_steps, "episodes": episodes}
 
 
 def measure_raw_env(env_name: str, num_envs: int, num_workers: int, num_steps: int,
@@ -272,6 +275,8 @@ def summarize_timing(rows: List[Dict[str, Any]]) -> Dict[str, float]:
         "actor_inference_s": mean(r["actor_inference_s"] for r in rows),
         "actor_env_s": mean(r["actor_env_s"] for r in rows),
         "lag_mean": mean(r["lag"] for r in rows),
+        "episodes_per_1k_steps": 1000.0 * sum(r.get("episodes_finished", 0) for r in rows)
+        / (K * L_unroll * len(rows)),
         "lag_max": max(r["lag"] for r in rows),
     }
 

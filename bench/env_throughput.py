@@ -16,6 +16,11 @@ processes (default W = 0, 1, 2):
   unroll spent outside the envs. ``policy_inference_frac`` says how much of the
   unroll time went to inference (and bookkeeping).
 
+Episodes end at different rates under random and policy actions, and resets
+are costly (Humanoid under random actions falls after ~20 steps), so the ratio
+can move by several percent either way from that alone: compare
+``raw_episodes_per_1k_steps`` with ``policy_episodes_per_1k_steps``.
+
 Both figures come from the same BatchedEnv (the actor's), measured alternately
 ``--repeats`` times; the median of each is reported. With W >= 1 the envs step
 in other processes, so on a machine with few cores the numbers depend on what
@@ -87,13 +92,16 @@ def measure_one_w(args: argparse.Namespace, num_workers: int) -> Dict[str, Any]:
         benchlib.raw_env_steps_per_s(env, 1, args.warmup_steps, args.seed)
         actor.unroll(buffer)
         raw, policy, inference_frac = [], [], []
+        raw_episodes = policy_episodes = 0
         for r in range(args.repeats):
             # The raw steps move the envs on without updating the actor's current
             # observation; the next unroll's first action is then taken on a stale
             # observation, which changes nothing about the timing.
             m = benchlib.raw_env_steps_per_s(env, args.unroll_length, 0, args.seed + r)
             raw.append(m["steps_per_s"])
+            raw_episodes += m["episodes"]
             info = actor.unroll(buffer)
+            policy_episodes += len(info.episodes)
             policy.append(info.env_steps / info.unroll_s)
             inference_frac.append(1.0 - info.env_s / info.unroll_s)
             logger.info("W=%d repeat %d: raw %.0f steps/s, policy %.0f steps/s",
@@ -101,8 +109,11 @@ def measure_one_w(args: argparse.Namespace, num_workers: int) -> Dict[str, Any]:
     finally:
         actor.close()
     raw_m, policy_m = benchlib.median(raw), benchlib.median(policy)
+    steps = args.num_envs * args.unroll_length
     return {"W": num_workers, "raw_steps_per_s": raw_m, "policy_steps_per_s": policy_m,
             "ratio": policy_m / raw_m, "policy_inference_frac": benchlib.median(inference_frac),
+            "raw_episodes_per_1k_steps": 1000.0 * raw_episodes / (steps * args.repeats),
+            "policy_episodes_per_1k_steps": 1000.0 * policy_episodes / (steps * args.repeats),
             "raw_all": raw, "policy_all": policy, "startup_s": startup_s}
 
 

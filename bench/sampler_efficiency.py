@@ -11,11 +11,19 @@ command) and reads its metrics.jsonl. After skipping ``--warmup`` iterations:
   seen from the learner. With N = 1 everything in an iteration that is not
   training is one cycle of the actor (slot release message, weight load, unroll,
   BatchReady message) plus the learner's own bookkeeping (metrics), so this adds
-  the message, weight-loading and bookkeeping costs to the unroll;
+  the message, weight-loading and bookkeeping costs to the unroll. It can read
+  slightly above actor_steps_per_s: the slot is released just before the
+  iteration's end is timed, so the actor's next unroll starts a little before T
+  does;
 - raw_steps_per_s: BatchedEnv.step with random actions at the same K and W, in
   this process, measured after the run (nothing else running);
 - efficiency = actor_steps_per_s / raw_steps_per_s (target >= 0.85), and
   end_to_end_efficiency likewise.
+
+Episodes end at different rates under random and policy actions, and resets
+are costly, so the efficiency can move by several percent either way from that
+alone (above 1.0 is possible): compare ``raw_episodes_per_1k_steps`` with
+``actor_episodes_per_1k_steps``.
 
 The learner trains with ``--num_epochs`` (default 1) so that runs are short; with
 N = 1 the learner is idle while the actor unrolls, so this does not change what
@@ -92,6 +100,8 @@ def run_one_w(args: argparse.Namespace, env_name: str, w: int) -> Dict[str, Any]
             "raw_steps_per_s": raw["steps_per_s"], "efficiency": efficiency,
             "end_to_end_efficiency": e2e_rate / raw["steps_per_s"],
             "actor_inference_frac": summary["actor_inference_s"] / summary["U"],
+            "actor_episodes_per_1k_steps": summary["episodes_per_1k_steps"],
+            "raw_episodes_per_1k_steps": 1000.0 * raw["episodes"] / raw["env_steps"],
             "iterations_used": summary["iterations_used"], "pass": efficiency >= args.target}
 
 
