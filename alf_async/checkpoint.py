@@ -37,8 +37,9 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
     except Exception as e:  # noqa: BLE001  (torch raises many kinds)
         text = str(e)
         # Only a disallowed global/class means "unsafe"; torch also says "Weights only
-        # load failed" for plain garbage, which is corruption (fall back).
-        if "Unsupported global" in text or "Unsupported class" in text:
+        # load failed" for plain garbage, which is corruption (fall back). A global of
+        # a blocked module (os, ...) reads "unsupported GLOBAL posix.mkdir ...".
+        if "unsupported global" in text.lower() or "Unsupported class" in text:
             reason = ("it holds pickled Python objects other than tensors and plain "
                       "values, which alf_async refuses to load (weights_only=True)")
         else:

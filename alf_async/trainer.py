@@ -59,6 +59,13 @@ def _positive(name: str, value: Any) -> None:
         raise ConfigError(f"Trainer.{name} must be an integer >= 1, got {value!r}")
 
 
+def _integer(name: str, value: Any, low: Optional[int] = None) -> None:
+    if (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
+            or (low is not None and value < low)):
+        bound = f" >= {low}" if low is not None else ""
+        raise ConfigError(f"Trainer.{name} must be an integer{bound}, got {value!r}")
+
+
 @gin.configurable
 class Trainer:
     """Trains PPO2 from N actors of K envs each.
@@ -109,6 +116,18 @@ class Trainer:
         for name in ("num_envs", "num_actors", "unroll_length", "slots_per_actor",
                      "checkpoint_interval"):
             _positive(name, locals()[name])
+        for name, low in (("num_env_steps", 0), ("num_iterations", 0), ("seed", None),
+                          ("max_actor_restarts", 0), ("learner_num_threads", 0)):
+            _integer(name, locals()[name], low)
+        if max_episode_steps is not None:
+            _positive("max_episode_steps", max_episode_steps)
+        if not isinstance(fatal_env_errors, (bool, np.bool_)):
+            raise ConfigError(f"Trainer.fatal_env_errors must be True or False, "
+                              f"got {fatal_env_errors!r}")
+        if (not isinstance(max_trajectory_memory_gb, (int, float, np.number))
+                or isinstance(max_trajectory_memory_gb, bool) or max_trajectory_memory_gb <= 0):
+            raise ConfigError(f"Trainer.max_trajectory_memory_gb must be a number > 0, "
+                              f"got {max_trajectory_memory_gb!r}")
         if not isinstance(num_env_workers, int) or not 0 <= num_env_workers <= num_envs:
             raise ConfigError(f"Trainer.num_env_workers must be an integer in "
                               f"[0, num_envs={num_envs}], got {num_env_workers!r}")
@@ -289,9 +308,10 @@ class Trainer:
             return dict(self.counters)
         previous_sigterm = signal.signal(signal.SIGTERM, self._on_signal)
         previous_sigint = signal.signal(signal.SIGINT, self._on_signal)
+        # Also without a checkpoint: rows of a killed run that never wrote one are
+        # dropped, so that counters in the metrics file never go backward.
         metrics = MetricsRecorder(self.root_dir, resume_from=(
-            (int(self.counters["iteration"]), int(self.counters["env_steps"]))
-            if resumed else None))
+            int(self.counters["iteration"]), int(self.counters["env_steps"])))
         try:
             self.store = WeightStore.create(self.learner.weight_arrays())
             self._publish()

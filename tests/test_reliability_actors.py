@@ -1,0 +1,149 @@
+"""Reliability, case 1: an actor process dies.
+
+An actor killed with SIGKILL, or one that ends itself (the AlfAsyncExitingPendulum
+env calls os._exit in the actor's own process when W = 0), is noticed by the
+trainer, logged with the actor id and its exit signal / status, and restarted; the
+run still completes its budget and its metrics count the restarts. With
+``Trainer.max_actor_restarts=0`` the run stops instead: exit 1, a message naming
+the restart budget, a final checkpoint, no orphan process and no shared memory.
+
+An actor whose loop raises a Python exception is reported with its traceback
+(checked on the ``ProcessActorPool`` directly with a policy that raises).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from alf_async.envs.gym_env import env_dims
+from alf_async.runtime.actor import ActorConfig
+from alf_async.runtime.actor_pool import ActorPoolError, ProcessActorPool
+from alf_async.runtime.policy import ScriptedPolicy
+from alf_async.runtime.weight_store import WeightStore
+
+from test_reliability_util import (TrainRun, alf_async_log, checkpoint_files,
+                                   checkpoint_iteration, small_params)
+
+
+def _kill_one_actor(run: TrainRun, actor_index: int = 0) -> int:
+    actors = run.wait_for(lambda: sorted(run.actors(), key=lambda p: p.pid), 60,
+                          "actor processes")
+    victim = actors[min(actor_index, len(actors) - 1)]
+    os.kill(victim.pid, signal.SIGKILL)
+    return victim.pid
+
+
+@pytest.mark.timeout(240)
+def test_sigkilled_actor_is_restarted_and_the_run_completes(tmp_path):
+    """N = 1: the run can only reach its budget through the restarted actor."""
+    root = str(tmp_path / "run")
+    iterations = 12
+    with TrainRun(root, small_params("Trainer.num_actors=1", iterations=iterations)) as run:
+        run.wait_for_iteration(2)
+        victim = _kill_one_actor(run)
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert f"actor 0 (pid {victim}) failed: process died with signal SIGKILL" in out, out[-3000:]
+    assert "restarting actor 0" in out
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["actor_restarts"] >= 1
+    # With one actor, iterations after the kill came from the restarted actor.
+    assert [r["actor_restarts"] for r in rows if r["iteration"] <= 2] == [0, 0]
+
+
+@pytest.mark.timeout(300)
+def test_actor_that_exits_in_its_env_is_restarted(tmp_path):
+    """AlfAsyncExitingPendulum-v0 with W = 0: the env's os._exit(3) ends the actor
+    process itself, repeatedly; N = 2 keeps training while actors restart."""
+    root = str(tmp_path / "run")
+    iterations = 6
+    params = small_params("Trainer.env_name='AlfAsyncExitingPendulum-v0'",
+                          "Trainer.num_actors=2", "Trainer.num_env_workers=0",
+                          "Trainer.max_actor_restarts=100", iterations=iterations)
+    with TrainRun(root, params) as run:
+        rc = run.wait(240)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert re.search(r"actor \d \(pid \d+\) failed: process died with exit code 3", out), \
+        out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["actor_restarts"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_no_restart_left_stops_with_exit_1_and_a_final_checkpoint(tmp_path):
+    root = str(tmp_path / "run")
+    params = small_params("Trainer.num_actors=2", "Trainer.max_actor_restarts=0",
+                          "Trainer.checkpoint_interval=1000", iterations=100000)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(2)
+        victim = _kill_one_actor(run, actor_index=1)
+        rc = run.wait(120)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 1, out[-3000:]
+    assert f"(pid {victim}) failed: process died with signal SIGKILL" in out
+    assert "no restart left (max_actor_restarts=0); stopping the run" in out, out[-3000:]
+    assert "Traceback" not in out, "an expected stop must not print a traceback"
+    # A final checkpoint at the last recorded iteration, loadable safely.
+    last = run.metrics()[-1]["iteration"]
+    files = checkpoint_files(root)
+    assert files and checkpoint_iteration(files[-1]) == last, (files, last)
+    state = torch.load(files[-1], weights_only=True)
+    assert state["counters"]["iteration"] == last
+
+
+class RaisingPolicy(ScriptedPolicy):
+    """A scripted policy whose ``act`` raises on its 10th call."""
+
+    def __init__(self, observation_dim, action_dim, seed):
+        super().__init__(observation_dim, action_dim, seed)
+        self.calls = 0
+
+    def act(self, observation):
+        self.calls += 1
+        if self.calls == 10:
+            raise RuntimeError("policy exploded on purpose")
+        return super().act(observation)
+
+
+@pytest.mark.timeout(180)
+def test_actor_exception_is_reported_with_traceback_and_restarts_are_bounded():
+    env = "InvertedPendulumBulletEnv-v0"
+    obs_dim, act_dim, _ = env_dims(env)
+    config = ActorConfig(env_name=env, num_envs=2, num_env_workers=0, unroll_length=32,
+                         policy_factory=RaisingPolicy)
+    store = WeightStore.create({"param/w": np.zeros(3, np.float32)})
+    pool = None
+    try:
+        with alf_async_log() as records:
+            store.publish({"param/w": np.zeros(3, np.float32)}, 0)
+            pool = ProcessActorPool(config, 1, 1, store, obs_dim, act_dim, max_restarts=1)
+            pool.start()
+            with pytest.raises(ActorPoolError) as info:
+                pool.next_batch()
+    finally:
+        if pool is not None:
+            pool.close()
+        store.close()
+    assert pool.restarts == 1
+    assert "no restart left (max_actor_restarts=1)" in str(info.value)
+    assert "RuntimeError: policy exploded on purpose" in str(info.value)
+    errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+    # Both failures (the first one restarted) are logged with id and traceback.
+    assert len(errors) == 2, errors
+    for message in errors:
+        assert message.startswith("actor 0 (pid ")
+        assert "Traceback" in message and "policy exploded on purpose" in message

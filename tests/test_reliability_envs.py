@@ -1,0 +1,158 @@
+"""Reliability, cases 2 and 3: an env raises in step; an env-worker process dies.
+
+- An env that raises (AlfAsyncFaultyPendulum-v0) is recreated and its episode
+  dropped; the run completes, the log names the env id, the env index and the
+  exception, and the metrics count ``env_failures``. With
+  ``Trainer.fatal_env_errors=True`` the run stops with exit 1 and a message naming
+  the env index.
+- An env-worker process that dies (SIGKILL of a grandchild of the trainer, or
+  AlfAsyncExitingPendulum-v0 with W >= 1, whose failing step ends the worker) is
+  detected and handled like an env exception: the run completes, never hangs.
+- ``BatchedEnv`` directly: killing a worker makes the next step return its envs as
+  truncated (reward 0, episode not reported), ``pop_failures`` names them, and
+  stepping goes on with a new worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from alf_async.envs.batched_env import BatchedEnv
+from conftest import wait_until
+from test_reliability_util import TrainRun, small_params
+
+FAULTY = "AlfAsyncFaultyPendulum-v0"
+EXITING = "AlfAsyncExitingPendulum-v0"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("num_env_workers", [0, 1])
+def test_env_exception_is_recovered_and_logged(tmp_path, num_env_workers):
+    root = str(tmp_path / "run")
+    iterations = 8
+    params = small_params(f"Trainer.env_name='{FAULTY}'",
+                          f"Trainer.num_env_workers={num_env_workers}",
+                          "Trainer.max_actor_restarts=0", iterations=iterations)
+    with TrainRun(root, params) as run:
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["env_failures"] > 0
+    assert rows[-1]["actor_restarts"] == 0  # env failures do not cost the actor
+    logged = re.findall(rf"env (\d) of actor 0 \({FAULTY}\) failed and was recreated; its "
+                        r"episode was dropped: (?:[\w.]+\.)?InjectedEnvFault: "
+                        r"injected env fault", out)
+    assert logged, out[-3000:]
+    assert len(logged) == rows[-1]["env_failures"]
+    assert all(int(k) in (0, 1) for k in logged)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("num_env_workers", [0, 1])
+def test_fatal_env_errors_stop_the_run_naming_the_env_index(tmp_path, num_env_workers):
+    root = str(tmp_path / "run")
+    params = small_params(f"Trainer.env_name='{FAULTY}'", "Trainer.fatal_env_errors=True",
+                          f"Trainer.num_env_workers={num_env_workers}", iterations=100000)
+    with TrainRun(root, params) as run:
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 1, out[-3000:]
+    assert re.search(r"run stopped at iteration \d+: actor 0 \(pid \d+\) failed: exception "
+                     r"\(env index \d\)", out), out[-3000:]
+    assert "InjectedEnvFault: injected env fault" in out
+    assert "env errors are fatal (Trainer.fatal_env_errors=True)" in out
+    assert "restarting actor" not in out
+
+
+@pytest.mark.timeout(240)
+def test_sigkilled_env_worker_is_replaced_and_the_run_completes(tmp_path):
+    root = str(tmp_path / "run")
+    iterations = 10
+    params = small_params("Trainer.num_env_workers=2", "Trainer.max_actor_restarts=0",
+                          iterations=iterations)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(2)
+        workers = run.wait_for(run.env_workers, 30, "env workers")
+        victim = workers[0].pid
+        os.kill(victim, signal.SIGKILL)
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["env_failures"] >= 1
+    assert rows[-1]["actor_restarts"] == 0
+    assert re.search(rf"env \d of actor 0 \(InvertedPendulumBulletEnv-v0\) failed and was "
+                     rf"recreated; its episode was dropped: env-worker process {victim} "
+                     r"\(envs \d\.\.\d\) (died with |closed its pipe \()signal SIGKILL", out), \
+        out[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_env_workers_that_exit_are_replaced_and_the_run_completes(tmp_path):
+    """AlfAsyncExitingPendulum-v0 with W = 1: the worker itself exits (code 3)."""
+    root = str(tmp_path / "run")
+    iterations = 6
+    params = small_params(f"Trainer.env_name='{EXITING}'", "Trainer.num_env_workers=1",
+                          "Trainer.max_actor_restarts=0", iterations=iterations)
+    with TrainRun(root, params) as run:
+        rc = run.wait(240)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["env_failures"] > 0
+    assert rows[-1]["actor_restarts"] == 0
+    assert "exit code 3" in out
+
+
+@pytest.mark.timeout(120)
+def test_batched_env_survives_a_killed_worker():
+    num_envs, workers = 4, 2
+    with BatchedEnv("InvertedPendulumBulletEnv-v0", num_envs, workers, seed=3) as env:
+        env.reset()
+        action = np.zeros((num_envs, env.action_dim), np.float32)
+        for _ in range(3):
+            env.step(action)
+        assert env.pop_failures() == []
+        assert env.pop_finished_episodes() == []
+        old_pids = env.worker_pids
+        victim = old_pids[1]  # envs 2 and 3
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until(lambda: not psutil.pid_exists(victim)
+                          or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE, 10)
+        start = time.monotonic()
+        result = env.step(action)
+        assert time.monotonic() - start < 30  # detected, not waited out
+        np.testing.assert_array_equal(result.truncated, [False, False, True, True])
+        np.testing.assert_array_equal(result.terminated, [False, False, False, False])
+        np.testing.assert_array_equal(result.reward[2:], [0.0, 0.0])
+        assert result.reward[0] > 0 and result.reward[1] > 0
+        assert np.all(np.isfinite(result.observation))
+        failures = env.pop_failures()
+        assert sorted(k for k, _ in failures) == [2, 3]
+        assert all(f"env-worker process {victim}" in text and "SIGKILL" in text
+                   for _, text in failures), failures
+        # Envs 0 and 1 did not finish, and the dropped episodes of 2 and 3 are
+        # not reported as finished.
+        assert env.pop_finished_episodes() == []
+        new_pids = env.worker_pids
+        assert new_pids[0] == old_pids[0] and new_pids[1] != victim
+        assert psutil.Process(new_pids[1]).is_running()
+        for _ in range(5):
+            result = env.step(action)
+            assert not result.truncated.any()
+        assert env.pop_failures() == []

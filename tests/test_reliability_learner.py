@@ -1,0 +1,96 @@
+"""Reliability, case 4: the learner fails.
+
+- A non-finite loss, produced for real by the train command: a run is resumed with
+  ``PPOLearner.reward_scale=1e39`` (float32 rewards times 1e39 overflow to inf, so
+  advantages and the loss become NaN at the first training iteration). The run
+  stops with exit 1 and a message naming the iteration; no checkpoint is written
+  after the failure, so the checkpoints of the run before are byte for byte what
+  they were, and still load with ``weights_only=True``; every child ends.
+- Any exception in the learner (an in-process ``Trainer`` whose learner raises
+  after a few iterations): ``train()`` re-raises it after stopping every actor and
+  releasing the shared memory (the autouse leak fixture checks), writes no final
+  checkpoint, and restores the signal handlers it installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import gin
+import pytest
+import torch
+
+from alf_async.config import parse_config
+from alf_async.trainer import Trainer
+from test_reliability_util import (DEMO_GIN, TrainRun, checkpoint_files, run_to_end,
+                                   small_params)
+
+
+def _snapshot(root: str):
+    return {os.path.basename(p): open(p, "rb").read() for p in checkpoint_files(root)}
+
+
+@pytest.mark.timeout(300)
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    root = str(tmp_path / "run")
+    rc, out, _ = run_to_end(root, small_params("Trainer.checkpoint_interval=2", iterations=4))
+    assert rc == 0, out[-3000:]
+    before = _snapshot(root)
+    assert sorted(before) == ["ckpt-2.pt", "ckpt-4.pt"]
+
+    params = small_params("Trainer.checkpoint_interval=1", "PPOLearner.reward_scale=1e39",
+                          iterations=10)
+    with TrainRun(root, params) as run:
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 1, out[-3000:]
+    assert "resumed from" in out and "ckpt-4.pt at iteration 4" in out, out[-3000:]
+    # The first iteration after the checkpoint (learner iteration 4) failed.
+    assert "run stopped: non-finite loss at training iteration 4" in out, out[-3000:]
+    assert "last good checkpoint" in out
+    assert _snapshot(root) == before, "a checkpoint was written or changed after the failure"
+    assert not [n for n in os.listdir(os.path.join(root, "checkpoints")) if n.endswith(".tmp")]
+    state = torch.load(os.path.join(root, "checkpoints", "ckpt-4.pt"), weights_only=True)
+    assert state["counters"]["iteration"] == 4
+    for name, tensor in state["learner"]["model"].items():
+        assert torch.isfinite(tensor).all(), name
+    # No metrics line of a failed iteration.
+    assert run.metrics()[-1]["iteration"] == 4
+
+
+class LearnerBroke(RuntimeError):
+    pass
+
+
+@pytest.mark.timeout(180)
+def test_learner_exception_stops_children_and_writes_no_checkpoint(tmp_path):
+    root = str(tmp_path / "run")
+    parse_config([DEMO_GIN], small_params("Trainer.checkpoint_interval=2",
+                                          "Trainer.num_actors=2", iterations=50))
+    sigint_before = signal.getsignal(signal.SIGINT)
+    sigterm_before = signal.getsignal(signal.SIGTERM)
+    try:
+        trainer = Trainer(root_dir=root)
+        real_train = trainer.learner.train
+        seen = {}
+
+        def failing_train(batch):
+            if trainer.learner.iteration == 5:
+                seen["checkpoints"] = _snapshot(root)
+                seen["pids"] = list(trainer.pool.pids)
+                raise LearnerBroke("learner broke on purpose")
+            return real_train(batch)
+
+        trainer.learner.train = failing_train
+        with pytest.raises(LearnerBroke):
+            trainer.train()
+    finally:
+        gin.clear_config()
+    assert trainer.counters["iteration"] == 5
+    assert sorted(seen["checkpoints"]) == ["ckpt-2.pt", "ckpt-4.pt"]
+    assert _snapshot(root) == seen["checkpoints"]
+    assert len(seen["pids"]) == 2
+    assert signal.getsignal(signal.SIGINT) is sigint_before
+    assert signal.getsignal(signal.SIGTERM) is sigterm_before

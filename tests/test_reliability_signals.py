@@ -1,0 +1,170 @@
+"""Reliability, cases 5 and 6: signals to the run.
+
+- SIGINT (Ctrl-C: sent to the whole process group) and SIGTERM (to the trainer, or
+  to the whole group as a service manager does): a final checkpoint at the last
+  recorded iteration, every child ends within 15 s, exit status 130 / 143, no
+  shared-memory block of the run remains.
+- A second SIGINT right after the first: the run exits at once (130), still
+  without orphans or shared memory.
+- SIGKILL of the whole process group at a random moment, or of the trainer alone
+  (its actors then get SIGTERM from Linux, their env workers SIGKILL), and a new
+  run with the same root_dir: it sweeps the killed run's stale shared-memory
+  blocks, resumes from the newest complete checkpoint (or starts over if there was
+  none), and the counters in metrics.jsonl and in the checkpoints never go
+  backward; every ckpt-*.pt loads with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+import torch
+
+from alf_async.runtime.shared_memory import list_blocks
+from test_reliability_util import (CHILD_EXIT_S, TrainRun, assert_counters_monotonic,
+                                   checkpoint_files, checkpoint_iteration, small_params)
+
+LONG = 100000  # iterations: the run only ends through the signal
+
+
+def _wait_children_gone(run: TrainRun, since: float) -> float:
+    """Seconds from ``since`` until every process of the run has ended."""
+    deadline = since + CHILD_EXIT_S
+    while run.leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = run.leftover_processes()
+    assert not left, f"children still running {CHILD_EXIT_S:.0f} s after the signal: {left}"
+    return time.monotonic() - since
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("sig, to_group, status", [
+    (signal.SIGINT, True, 130),
+    (signal.SIGTERM, False, 143),
+    (signal.SIGTERM, True, 143),
+], ids=["sigint-group", "sigterm-trainer", "sigterm-group"])
+def test_signal_writes_final_checkpoint_and_ends_all_children(tmp_path, sig, to_group,
+                                                              status):
+    root = str(tmp_path / "run")
+    params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
+                          "Trainer.checkpoint_interval=1000", iterations=LONG)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(1)
+        workers = run.wait_for(lambda: len(run.env_workers()) == 2, 30, "2 env workers")
+        assert workers
+        run._sample_once()
+        sent = time.monotonic()
+        (run.signal_group if to_group else run.signal)(sig)
+        rc = run.wait(60)
+        _wait_children_gone(run, sent)
+        run.assert_clean(timeout=2)
+        out = run.output()
+    assert rc == status, out[-3000:]
+    name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert f"by {name} at iteration" in out and "final checkpoint written" in out, out[-3000:]
+    last = run.metrics()[-1]["iteration"]
+    files = checkpoint_files(root)
+    assert [checkpoint_iteration(f) for f in files] == [last], (files, last)
+    state = torch.load(files[-1], weights_only=True)
+    assert state["counters"]["iteration"] == last
+    assert state["counters"]["env_steps"] == run.metrics()[-1]["env_steps"]
+    assert "restarting actor" not in out  # children stopping are not failures
+
+
+@pytest.mark.timeout(240)
+def test_second_sigint_exits_at_once_without_leftovers(tmp_path):
+    root = str(tmp_path / "run")
+    params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
+                          iterations=LONG)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(1)
+        run.wait_for(lambda: len(run.env_workers()) == 2, 30, "2 env workers")
+        run._sample_once()
+        run.signal_group(signal.SIGINT)
+        time.sleep(0.05)
+        sent = time.monotonic()
+        run.signal_group(signal.SIGINT)
+        rc = run.wait(60)
+        exit_s = time.monotonic() - sent
+        _wait_children_gone(run, sent)
+        run.assert_clean(timeout=2)
+        out = run.output()
+    assert rc == 130, out[-3000:]
+    assert "second interrupt" in out, out[-3000:]
+    assert exit_s < 10, f"the second Ctrl-C took {exit_s:.1f} s to end the run"
+
+
+def _load_all_checkpoints(root: str):
+    states = {}
+    for path in checkpoint_files(root):
+        state = torch.load(path, weights_only=True)  # complete and safe, or it raises
+        assert state["counters"]["iteration"] == checkpoint_iteration(path)
+        states[checkpoint_iteration(path)] = state
+    return states
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("target, moment", [
+    ("group", "random"),
+    ("trainer", "random"),
+    ("group", "before_first_checkpoint"),
+])
+def test_sigkill_then_resume(tmp_path, target, moment):
+    root = str(tmp_path / "run")
+    iterations = 40
+    interval = 1000 if moment == "before_first_checkpoint" else 3
+    params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
+                          f"Trainer.checkpoint_interval={interval}", iterations=iterations)
+    delay = random.uniform(0.0, 2.0) if moment == "random" else 0.0
+    with TrainRun(root, params) as first:
+        first.wait_for_iteration(2)
+        first.wait_for(lambda: len(first.env_workers()) == 2, 30, "2 env workers")
+        time.sleep(delay)
+        first._sample_once()
+        assert first.running(), "the run ended before the kill; make it longer"
+        sent = time.monotonic()
+        if target == "group":
+            first.signal_group(signal.SIGKILL)
+        else:
+            first.signal(signal.SIGKILL)
+        first.wait(30)
+        # The trainer's actors get SIGTERM from Linux, env workers SIGKILL.
+        _wait_children_gone(first, sent)
+        stale = first.leftover_blocks()
+        rows_before = first.metrics()
+    where = f"(kill {target} after {delay:.2f} s)"
+    assert stale, f"expected blocks of the killed run in /dev/shm {where}"
+    before = _load_all_checkpoints(root)
+    newest = max(before) if before else 0
+    if moment == "before_first_checkpoint":
+        assert not before
+    if target == "trainer":
+        # The actors cleaned up after themselves: only the trainer's blocks are stale.
+        assert all(b.startswith(f"alfa_{first.pid}_") for b in stale), stale
+
+    with TrainRun(root, (), gin_file=None) as second:  # --root_dir alone resumes
+        rc = second.wait(240)
+        second.assert_clean()
+        out = second.output()
+    assert rc == 0, out[-3000:]
+    assert not set(stale) & set(list_blocks()), f"stale blocks not swept {where}"
+    if newest:
+        assert f"ckpt-{newest}.pt at iteration {newest}" in out, f"{where}\n{out[-3000:]}"
+    else:
+        assert "resumed from" not in out
+    rows = second.metrics()
+    assert rows[0]["iteration"] == 1 and rows[-1]["iteration"] == iterations, where
+    assert_counters_monotonic(rows)
+    # Rows up to the checkpoint are the first run's; the rest were recomputed.
+    assert rows[:newest] == rows_before[:newest]
+    after = _load_all_checkpoints(root)
+    assert max(after) == iterations and max(after) >= newest
+    by_iteration = {r["iteration"]: r for r in rows}
+    for it, state in after.items():
+        assert state["counters"]["env_steps"] == by_iteration[it]["env_steps"], where
+    assert not [n for n in os.listdir(os.path.join(root, "checkpoints"))
+                if not n.startswith("ckpt-")], "temporary files left in checkpoints/"
