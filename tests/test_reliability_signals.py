@@ -119,13 +119,17 @@ def test_sigkill_then_resume(tmp_path, target, moment):
     interval = 1000 if moment == "before_first_checkpoint" else 3
     params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
                           f"Trainer.checkpoint_interval={interval}", iterations=iterations)
-    delay = random.uniform(0.0, 2.0) if moment == "random" else 0.0
+    # A random moment inside training: after a random iteration, plus jitter so
+    # that the kill lands anywhere in an iteration (also during checkpoint writes).
+    kill_after = random.randint(2, iterations // 3) if moment == "random" else 2
+    delay = random.uniform(0.0, 0.3) if moment == "random" else 0.0
     with TrainRun(root, params) as first:
-        first.wait_for_iteration(2)
+        first.wait_for_iteration(kill_after)
         first.wait_for(lambda: len(first.env_workers()) == 2, 30, "2 env workers")
         time.sleep(delay)
         first._sample_once()
         assert first.running(), "the run ended before the kill; make it longer"
+        assert first.metrics()[-1]["iteration"] < iterations, "the run finished before the kill"
         sent = time.monotonic()
         if target == "group":
             first.signal_group(signal.SIGKILL)
@@ -136,7 +140,7 @@ def test_sigkill_then_resume(tmp_path, target, moment):
         _wait_children_gone(first, sent)
         stale = first.leftover_blocks()
         rows_before = first.metrics()
-    where = f"(kill {target} after {delay:.2f} s)"
+    where = f"(kill {target} after iteration {kill_after} + {delay:.2f} s)"
     assert stale, f"expected blocks of the killed run in /dev/shm {where}"
     before = _load_all_checkpoints(root)
     newest = max(before) if before else 0
