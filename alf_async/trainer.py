@@ -1,7 +1,8 @@
 """The Trainer: owns a run, its actors, its learner and its run directory.
 
-One training iteration = take the next actor batch (arrival order), train PPO on
-it, bump the version, publish weights, release the actor's slot, record metrics.
+One training iteration = take the next actor batch (oldest version first, see
+``ProcessActorPool.next_batch``), train PPO on it, bump the version, publish
+weights, release the actor's slot, record metrics.
 With N = 1 actor and one slot per actor this is exactly synchronous training; with
 N >= 2 actors unroll while the learner trains (asynchronous, lag <= N - 1).
 
@@ -30,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import gin
 import numpy as np
+import psutil
 import torch
 
 from alf_async.algorithms.ppo_learner import PPOLearner
@@ -146,8 +148,8 @@ class Trainer:
             observation_dim, action_dim, _ = env_dims(env_name)
         except UnknownEnvError as e:
             raise ConfigError(str(e)) from None
-        need = (trajectory_nbytes(unroll_length, num_envs, observation_dim, action_dim)
-                * num_actors * slots_per_actor)
+        one_batch = trajectory_nbytes(unroll_length, num_envs, observation_dim, action_dim)
+        need = one_batch * num_actors * slots_per_actor
         if need > max_trajectory_memory_gb * 2 ** 30:
             raise ConfigError(
                 f"The trajectory slots would need {need / 2 ** 30:.1f} GiB of shared memory "
@@ -161,6 +163,16 @@ class Trainer:
                 f"The trajectory slots would need {need / 2 ** 30:.2f} GiB of shared memory "
                 f"but {shm_directory()} has {free / 2 ** 30:.2f} GiB free; shorten "
                 "unroll_length, use fewer envs or actors, or enlarge /dev/shm")
+        # The learner works on float32 copies of one batch (normalized
+        # observations, advantages, returns): count three batches for it.
+        available = psutil.virtual_memory().available
+        if need + 3 * one_batch > available:
+            raise ConfigError(
+                f"The run would need about {(need + 3 * one_batch) / 2 ** 30:.1f} GiB of "
+                f"memory (trajectory slots plus the learner's copies of one batch of "
+                f"unroll_length={unroll_length} x num_envs={num_envs}) but "
+                f"{available / 2 ** 30:.1f} GiB is available; shorten unroll_length or "
+                "use fewer envs or actors")
         self.root_dir = os.path.abspath(root_dir)
         self.env_name = env_name
         self.num_envs = num_envs
