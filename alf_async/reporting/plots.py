@@ -46,6 +46,7 @@ def plot_eps_vs_k(cells: Sequence[Cell], path: str, title: str = "") -> str:
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xlabel("K (envs per actor)")
     ax.set_ylabel("EPS = K / T (envs/s)")
+    ax.set_ylim(bottom=0)  # ratios read honestly only from a zero baseline
     ax.set_title(title or "Throughput: EPS vs K")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
