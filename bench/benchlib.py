@@ -27,6 +27,8 @@ from typing import Any, Dict, IO, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from alf_async.reporting.run_metrics import parse_metrics_lines
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("bench")
 
@@ -224,19 +226,10 @@ def _terminate(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
 
 def read_metrics(path: str) -> List[Dict[str, Any]]:
     """Rows of a metrics.jsonl (a missing file or a torn last line are tolerated)."""
-    rows: List[Dict[str, Any]] = []
     if not os.path.isfile(path):
-        return rows
+        return []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+        return parse_metrics_lines(f)
 
 
 def steady_rows(rows: List[Dict[str, Any]], warmup: int) -> List[Dict[str, Any]]:

@@ -40,6 +40,8 @@ from typing import Dict, List, Optional
 
 import psutil
 
+from alf_async.reporting.run_metrics import read_metrics
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("fault_injection")
 
@@ -95,19 +97,6 @@ def find_processes(trainer_pid: int) -> Dict[str, List[psutil.Process]]:
         except psutil.Error:
             pass
     return {"actor": actors, "env_worker": workers}
-
-
-def read_metrics(root_dir: str) -> List[Dict]:
-    rows = []
-    path = os.path.join(root_dir, "metrics.jsonl")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-    return rows
 
 
 def _owner(block: str) -> Optional[int]:

@@ -39,6 +39,8 @@ from typing import Dict, List, Optional
 
 import psutil
 
+from alf_async.reporting.run_metrics import read_metrics
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("soak")
 ROLES = ("trainer", "actors", "env_workers")
@@ -146,19 +148,6 @@ def summarize(samples: List[Dict], baseline_index: int) -> Dict:
                 "fds_growth_pct": growth_pct(b["fds"], last["processes"][pid]["fds"])}
     out["per_process"] = per_process
     return out
-
-
-def read_metrics(root_dir: str) -> List[Dict]:
-    rows = []
-    path = os.path.join(root_dir, "metrics.jsonl")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-    return rows
 
 
 def _clean(value):
