@@ -91,6 +91,8 @@ class Trainer:
         checkpoint_interval: iterations between checkpoints (a final one is
             always written).
         max_actor_restarts: actor failures tolerated before the run stops.
+        actor_timeout_s: an actor silent (no batch, no heartbeat) for this many
+            seconds is taken as hung, killed and restarted (0: never).
         fatal_env_errors: an env that raises (or an env worker that dies) stops
             the run instead of being recreated with its episode dropped.
         max_episode_steps: override of the env's time limit (None keeps it).
@@ -111,7 +113,8 @@ class Trainer:
                  unroll_length: int = 128, slots_per_actor: int = 1,
                  num_env_steps: int = 0, num_iterations: int = 0, seed: int = 0,
                  backend: str = "process", checkpoint_interval: int = 20,
-                 max_actor_restarts: int = 3, fatal_env_errors: bool = False,
+                 max_actor_restarts: int = 3, actor_timeout_s: float = 120.0,
+                 fatal_env_errors: bool = False,
                  max_episode_steps: Optional[int] = None,
                  max_trajectory_memory_gb: float = 8.0, learner_num_threads: int = 1,
                  policy_factory: Optional[Callable] = None):
@@ -126,6 +129,10 @@ class Trainer:
         if not isinstance(fatal_env_errors, (bool, np.bool_)):
             raise ConfigError(f"Trainer.fatal_env_errors must be True or False, "
                               f"got {fatal_env_errors!r}")
+        if (not isinstance(actor_timeout_s, (int, float, np.number))
+                or isinstance(actor_timeout_s, bool) or actor_timeout_s < 0):
+            raise ConfigError(f"Trainer.actor_timeout_s must be a number >= 0, "
+                              f"got {actor_timeout_s!r}")
         if (not isinstance(max_trajectory_memory_gb, (int, float, np.number))
                 or isinstance(max_trajectory_memory_gb, bool) or max_trajectory_memory_gb <= 0):
             raise ConfigError(f"Trainer.max_trajectory_memory_gb must be a number > 0, "
@@ -186,6 +193,7 @@ class Trainer:
         self.backend = backend
         self.checkpoint_interval = checkpoint_interval
         self.max_actor_restarts = max_actor_restarts
+        self.actor_timeout_s = float(actor_timeout_s)
         self.fatal_env_errors = bool(fatal_env_errors)
         self.max_episode_steps = max_episode_steps
         self.policy_factory = policy_factory
@@ -298,7 +306,8 @@ class Trainer:
                                       self.action_dim, epoch=epoch)
         return ProcessActorPool(config, self.num_actors, self.slots_per_actor, self.store,
                                 self.observation_dim, self.action_dim,
-                                max_restarts=self.max_actor_restarts, epoch=epoch)
+                                max_restarts=self.max_actor_restarts, epoch=epoch,
+                                actor_timeout_s=self.actor_timeout_s)
 
     def _publish(self) -> None:
         arrays = self.learner.weight_arrays()

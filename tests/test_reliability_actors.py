@@ -6,6 +6,8 @@ trainer, logged with the actor id and its exit signal / status, and restarted; t
 run still completes its budget and its metrics count the restarts. With
 ``Trainer.max_actor_restarts=0`` the run stops instead: exit 1, a message naming
 the restart budget, a final checkpoint, no orphan process and no shared memory.
+A hung actor (stopped with SIGSTOP) is killed and restarted after
+``Trainer.actor_timeout_s`` without a heartbeat.
 
 An actor whose loop raises a Python exception is reported with its traceback
 (checked on the ``ProcessActorPool`` directly with a policy that raises).
@@ -59,6 +61,30 @@ def test_sigkilled_actor_is_restarted_and_the_run_completes(tmp_path):
     assert rows[-1]["actor_restarts"] >= 1
     # With one actor, iterations after the kill came from the restarted actor.
     assert [r["actor_restarts"] for r in rows if r["iteration"] <= 2] == [0, 0]
+
+
+@pytest.mark.timeout(240)
+def test_hung_actor_is_killed_and_restarted(tmp_path):
+    """A stopped (SIGSTOP) actor sends no heartbeat: after Trainer.actor_timeout_s
+    it is killed and restarted, and the run completes instead of hanging."""
+    root = str(tmp_path / "run")
+    iterations = 8
+    params = small_params("Trainer.num_actors=1", "Trainer.actor_timeout_s=6",
+                          iterations=iterations)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(2)
+        actors = run.wait_for(lambda: run.actors(), 60, "actor processes")
+        victim = actors[0].pid
+        os.kill(victim, signal.SIGSTOP)
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert re.search(rf"actor 0 \(pid {victim}\) failed: no message or heartbeat for "
+                     r"\d+ s \(hung\)", out), out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["actor_restarts"] == 1
 
 
 @pytest.mark.timeout(300)

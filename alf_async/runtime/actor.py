@@ -131,12 +131,19 @@ class Actor:
         self.version = version
         self.digest = weights_digest(arrays)
 
-    def unroll(self, out: Dict[str, np.ndarray]) -> UnrollInfo:
-        """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory)."""
+    def unroll(self, out: Dict[str, np.ndarray],
+               on_step: Optional[Callable[[], None]] = None) -> UnrollInfo:
+        """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory).
+
+        ``on_step`` is called before every step (the actor process uses it to
+        send heartbeats).
+        """
         start = time.perf_counter()
         inference_s = env_s = 0.0
         obs = self._observation
         for t in range(self.config.unroll_length):
+            if on_step is not None:
+                on_step()
             t0 = time.perf_counter()
             action, log_prob, value = self.policy.act(obs)
             t1 = time.perf_counter()
@@ -167,6 +174,10 @@ class Actor:
 
     def close(self) -> None:
         self.env.close()
+
+
+# Seconds between heartbeats of a busy actor (see ProcessActorPool.actor_timeout_s).
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 def _short_failures(failures: List[Tuple[int, str]], limit: int = 4000
@@ -211,9 +222,18 @@ def actor_process_main(actor_id: int, epoch: int, generation: int, config: Actor
                                       actor.env.worker_pids))
         free = list(slot_indices)
         reseed_epoch = None
+        last_heartbeat = [time.monotonic()]
+
+        def heartbeat() -> None:
+            now = time.monotonic()
+            if now - last_heartbeat[0] >= HEARTBEAT_INTERVAL_S:
+                last_heartbeat[0] = now
+                conn.send(messages.Heartbeat(actor_id, generation))
+
         while True:
             wait_start = time.perf_counter()
             while not free or conn.poll():
+                heartbeat()
                 if not conn.poll(1.0):
                     if os.getppid() != parent_pid:
                         return
@@ -236,7 +256,7 @@ def actor_process_main(actor_id: int, epoch: int, generation: int, config: Actor
             if newer is not None:
                 actor.load_weights(*newer)
             wait_s = time.perf_counter() - wait_start
-            info = actor.unroll(slots.slot(slot))
+            info = actor.unroll(slots.slot(slot), on_step=heartbeat)
             conn.send(messages.BatchReady(
                 actor_id, generation, slot, actor.version, actor.digest, info.env_steps,
                 info.unroll_s, wait_s, info.inference_s, info.env_s, time.monotonic(),

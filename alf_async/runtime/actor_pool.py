@@ -45,6 +45,7 @@ class _ActorHandle:
     process: object
     conn: object
     ready: bool = False
+    last_heard: float = 0.0
     pid: Optional[int] = None
     env_worker_pids: Tuple[int, ...] = ()
 
@@ -63,13 +64,17 @@ class ProcessActorPool:
         max_restarts: actor failures tolerated over the whole run.
         startup_timeout_s: time an actor may take to become ready.
         epoch: iteration the run starts from (seeds the actors; see ActorConfig).
+        actor_timeout_s: an actor that sends nothing (not even a heartbeat) for
+            this long is taken as hung: it is killed and restarted like a dead
+            one (0 disables the check).
     """
 
     def __init__(self, config: ActorConfig, num_actors: int, slots_per_actor: int,
                  weight_store: WeightStore, observation_dim: int, action_dim: int,
                  max_restarts: int = 3, startup_timeout_s: float = 120.0,
-                 epoch: int = 0):
+                 epoch: int = 0, actor_timeout_s: float = 120.0):
         self.config = config
+        self.actor_timeout_s = actor_timeout_s
         self.epoch = epoch
         self.num_actors = num_actors
         self.slots_per_actor = slots_per_actor
@@ -104,7 +109,8 @@ class ProcessActorPool:
         child_conn.close()
         for slot in self._slot_indices(actor_id):
             self._unrolling[slot] = self.weight_store.version
-        self._handles[actor_id] = _ActorHandle(actor_id, generation, process, parent_conn)
+        self._handles[actor_id] = _ActorHandle(actor_id, generation, process, parent_conn,
+                                               last_heard=time.monotonic())
 
     def start(self) -> None:
         """Start all actors and wait until each has built its envs."""
@@ -166,6 +172,7 @@ class ProcessActorPool:
     def _handle_message(self, handle: _ActorHandle, message) -> None:
         if getattr(message, "generation", handle.generation) != handle.generation:
             return
+        handle.last_heard = time.monotonic()
         if isinstance(message, messages.BatchReady):
             self._unrolling.pop(message.slot, None)
             self._pending.append(message)
@@ -211,6 +218,17 @@ class ProcessActorPool:
             if self._handles.get(handle.actor_id) is handle:
                 self._on_failure(handle, f"process died with "
                                          f"{describe_exit(handle.process.exitcode)}")
+        self._check_hung_actors()
+
+    def _check_hung_actors(self) -> None:
+        if not self.actor_timeout_s:
+            return
+        now = time.monotonic()
+        for handle in list(self._handles.values()):
+            # Before ActorReady the start-up timeout applies instead.
+            if handle.ready and now - handle.last_heard > self.actor_timeout_s:
+                self._on_failure(handle, f"no message or heartbeat for "
+                                         f"{now - handle.last_heard:.0f} s (hung); killed")
 
     def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
         """Block until a batch is ready; returns its message and slot views.

@@ -1,7 +1,8 @@
 """The small messages exchanged between actors and the learner.
 
 Actors send ``ActorReady`` once, then a ``BatchReady`` per trajectory (the data
-itself is in a shared-memory slot), or ``ActorFailed`` with a traceback. The
+itself is in a shared-memory slot), ``Heartbeat`` while they work, or
+``ActorFailed`` with a traceback. The
 learner sends ``("release", (slot, reseed_epoch))`` when it has trained on a slot
 and published new weights (``reseed_epoch`` is an iteration number when the actor
 must reseed and reset its envs before its next unroll, else None), and
@@ -43,6 +44,15 @@ class BatchReady:
     sent_at: float
     episodes: List[Tuple[float, int]] = field(default_factory=list)
     env_failures: List[Tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass
+class Heartbeat:
+    """Sent by a busy actor every few seconds, so that a hung one can be told
+    from a slow one."""
+
+    actor_id: int
+    generation: int
 
 
 @dataclass
