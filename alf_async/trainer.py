@@ -90,6 +90,11 @@ class Trainer:
             actor runs in the trainer's process).
         checkpoint_interval: iterations between checkpoints (a final one is
             always written).
+        reseed_at_checkpoints: at each periodic checkpoint the actor just
+            released reseeds its envs and sampling from (seed, actor, iteration)
+            and resets its envs (running episodes are dropped). A synchronous run
+            resumed from such a checkpoint then repeats the uninterrupted run
+            exactly. False keeps episodes running across checkpoints.
         max_actor_restarts: actor failures tolerated before the run stops.
         actor_timeout_s: an actor silent (no batch, no heartbeat) for this many
             seconds is taken as hung, killed and restarted (0: never).
@@ -113,6 +118,7 @@ class Trainer:
                  unroll_length: int = 128, slots_per_actor: int = 1,
                  num_env_steps: int = 0, num_iterations: int = 0, seed: int = 0,
                  backend: str = "process", checkpoint_interval: int = 20,
+                 reseed_at_checkpoints: bool = True,
                  max_actor_restarts: int = 3, actor_timeout_s: float = 120.0,
                  fatal_env_errors: bool = False,
                  max_episode_steps: Optional[int] = None,
@@ -192,6 +198,10 @@ class Trainer:
         self.seed = seed
         self.backend = backend
         self.checkpoint_interval = checkpoint_interval
+        if not isinstance(reseed_at_checkpoints, bool):
+            raise ConfigError(f"Trainer.reseed_at_checkpoints must be True or False, "
+                              f"got {reseed_at_checkpoints!r}")
+        self.reseed_at_checkpoints = reseed_at_checkpoints
         self.max_actor_restarts = max_actor_restarts
         self.actor_timeout_s = float(actor_timeout_s)
         self.fatal_env_errors = bool(fatal_env_errors)
@@ -378,7 +388,8 @@ class Trainer:
                 self._publish()
                 checkpoint_now = c["iteration"] % self.checkpoint_interval == 0
                 # Actors reseed at checkpoints so that resuming replays exactly.
-                self.pool.release(message, int(c["iteration"]) if checkpoint_now else None)
+                reseed = checkpoint_now and self.reseed_at_checkpoints
+                self.pool.release(message, int(c["iteration"]) if reseed else None)
                 end = time.monotonic()
                 self._report_env_failures(message)
                 c["env_steps"] += message.env_steps

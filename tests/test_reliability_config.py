@@ -51,6 +51,8 @@ BAD_BINDINGS = [
     ("Trainer.seed='x'", r"Trainer\.seed must be an integer"),
     ("Trainer.learner_num_threads='a'", r"Trainer\.learner_num_threads must be an integer"),
     ("Trainer.fatal_env_errors='no'", r"Trainer\.fatal_env_errors must be True or False"),
+    ("Trainer.reseed_at_checkpoints=1", r"Trainer\.reseed_at_checkpoints must be True or False"),
+    ("Trainer.actor_timeout_s=-1", r"Trainer\.actor_timeout_s must be a number >= 0"),
     ("Trainer.max_episode_steps=-3", r"Trainer\.max_episode_steps must be"),
     ("Trainer.max_trajectory_memory_gb='a'", r"Trainer\.max_trajectory_memory_gb must be"),
     ("Trainer.backend='threads'", r"Trainer\.backend must be one of"),
