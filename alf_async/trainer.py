@@ -27,7 +27,7 @@ import os
 import shutil
 import signal
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import gin
 import numpy as np

@@ -25,9 +25,7 @@ stdout: exactly one JSON line with the figures; logs go to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -41,6 +39,10 @@ from typing import Dict, List, Optional
 import psutil
 
 from alf_async.reporting.run_metrics import read_metrics
+from alf_async.runtime.shared_memory import block_owner_pid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("fault_injection")
@@ -97,13 +99,6 @@ def find_processes(trainer_pid: int) -> Dict[str, List[psutil.Process]]:
         except psutil.Error:
             pass
     return {"actor": actors, "env_worker": workers}
-
-
-def _owner(block: str) -> Optional[int]:
-    try:
-        return int(block[len("alfa_"):].split("_", 1)[0])
-    except ValueError:
-        return None
 
 
 def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str) -> Dict:
@@ -199,7 +194,7 @@ def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str)
     owners = set(seen) | {proc.pid}
     record["leftover_processes"] = leftovers()
     record["leftover_shm_blocks"] = [b for b in os.listdir("/dev/shm")
-                                     if b.startswith("alfa_") and _owner(b) in owners] \
+                                     if b.startswith("alfa_") and block_owner_pid(b) in owners] \
         if os.path.isdir("/dev/shm") else []
     for pid in record["leftover_processes"]:  # do not let them disturb the next run
         try:
@@ -210,16 +205,6 @@ def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str)
                 "%.1f s", index, proc.returncode, record["final_iteration"], args.iterations,
                 record["actor_restarts"], record["env_failures"], record["wall_s"])
     return record
-
-
-def _clean(value):
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, float):
-        return round(value, 3) if math.isfinite(value) else None
-    return value
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -256,7 +241,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "wall_s_max": max(walls) if walls else None,
         "per_run": runs,
     }
-    print(json.dumps(_clean(result)), flush=True)
+    benchlib.emit(result)
     return 0 if result["all_finished"] and not result["runs_with_leftovers"] else 1
 
 

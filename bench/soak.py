@@ -25,9 +25,7 @@ stdout: exactly one JSON line with the figures; logs go to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -40,6 +38,10 @@ from typing import Dict, List, Optional
 import psutil
 
 from alf_async.reporting.run_metrics import read_metrics
+from alf_async.runtime.shared_memory import block_owner_pid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("soak")
@@ -150,23 +152,6 @@ def summarize(samples: List[Dict], baseline_index: int) -> Dict:
     return out
 
 
-def _clean(value):
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, float):
-        return round(value, 3) if math.isfinite(value) else None
-    return value
-
-
-def _owner(block: str) -> Optional[int]:
-    try:
-        return int(block[len("alfa_"):].split("_", 1)[0])
-    except ValueError:
-        return None
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -268,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         time.sleep(0.2)
     owners = set(seen) | {proc.pid}
     shm = [b for b in (os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else [])
-           if b.startswith("alfa_") and _owner(b) in owners]
+           if b.startswith("alfa_") and block_owner_pid(b) in owners]
     result["leftover_processes"] = leftovers()
     result["leftover_shm_blocks"] = shm
     result["clean_stop"] = (result.get("exit_status") == 130 and not result["leftover_processes"]
@@ -306,7 +291,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                             and "error" not in result)
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(_clean(result)), flush=True)
+    benchlib.emit(result)
     return 0 if result["passed"] else 1
 
 

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from alf_async.runtime.shared_memory import list_blocks
+from alf_async.runtime.shared_memory import block_owner_pid, list_blocks
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,12 +43,8 @@ def _new_blocks_of_this_test(blocks_before):
     ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
     leaked = set()
     for name in set(list_blocks()) - blocks_before:
-        try:
-            owner = int(name[len("alfa_"):].split("_", 1)[0])
-        except ValueError:
-            leaked.add(name)
-            continue
-        if owner in ours or not psutil.pid_exists(owner):
+        owner = block_owner_pid(name)
+        if owner is None or owner in ours or not psutil.pid_exists(owner):
             leaked.add(name)
     return leaked
 

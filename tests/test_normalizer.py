@@ -126,3 +126,22 @@ def test_state_is_a_copy_not_a_view():
     saved_mean = state["mean"].copy()
     norm.update(np.full((4, D), 1e6))
     np.testing.assert_array_equal(state["mean"], saved_mean)
+
+
+def test_normalize_follows_every_change_of_the_statistics():
+    """normalize() caches its mean/std tensors; updates and loads must refresh them."""
+    rng = np.random.default_rng(5)
+    norm = RunningNormalizer(3, clip=0.0)
+    x = torch.tensor(rng.normal(size=(4, 3)), dtype=torch.float64)
+    data = []
+    for scale in (1.0, 10.0):
+        batch = rng.normal(2.0, scale, size=(50, 3))
+        data.append(batch)
+        norm.update(batch)
+        seen = np.concatenate(data)
+        expected = (x.numpy() - seen.mean(0)) / np.sqrt(seen.var(0) + norm.epsilon)
+        np.testing.assert_allclose(norm.normalize(x).numpy(), expected, rtol=1e-12)
+    other = RunningNormalizer(3, clip=0.0)
+    other.update(rng.normal(-5.0, 0.1, size=(20, 3)))
+    norm.load_state_arrays(other.state_arrays())
+    torch.testing.assert_close(norm.normalize(x), other.normalize(x), rtol=0, atol=0)

@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import psutil
 
-from alf_async.runtime.shared_memory import list_blocks, shm_directory
+from alf_async.runtime.shared_memory import block_owner_pid, list_blocks, shm_directory
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_GIN = "ppo_bullet_inverted_pendulum.gin"
@@ -78,13 +78,6 @@ def checkpoint_files(root_dir: str) -> List[str]:
 
 def checkpoint_iteration(path: str) -> int:
     return int(os.path.basename(path)[len("ckpt-"):-len(".pt")])
-
-
-def _block_owner(name: str) -> Optional[int]:
-    try:
-        return int(name[len("alfa_"):].split("_", 1)[0])
-    except ValueError:
-        return None
 
 
 def _is_spawned_child(proc: psutil.Process) -> bool:
@@ -154,7 +147,7 @@ class TrainRun:
             except psutil.Error:
                 pass
         owners = set(found) | {self.pid}
-        blocks = {b for b in list_blocks() if _block_owner(b) in owners}
+        blocks = {b for b in list_blocks() if block_owner_pid(b) in owners}
         with self._lock:
             self.seen.update(found)
             self.blocks_seen |= blocks
@@ -257,7 +250,7 @@ class TrainRun:
     def remove_blocks(self) -> None:
         """Unlink the blocks of the run whose owner is gone (after a kill)."""
         for name in self.leftover_blocks():
-            if not psutil.pid_exists(_block_owner(name)):
+            if not psutil.pid_exists(block_owner_pid(name)):
                 try:
                     os.unlink(os.path.join(shm_directory(), name))
                 except OSError:
@@ -276,7 +269,7 @@ class TrainRun:
 
     def leftover_blocks(self) -> List[str]:
         owners = set(self.seen) | {self.pid}
-        return [b for b in list_blocks() if _block_owner(b) in owners]
+        return [b for b in list_blocks() if block_owner_pid(b) in owners]
 
     def assert_clean(self, timeout: float = CHILD_EXIT_S) -> None:
         """Every descendant ever seen has ended and none of their blocks remain."""

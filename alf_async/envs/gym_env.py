@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import os
 from typing import Any, Dict, Optional, Tuple
 

@@ -161,7 +161,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _owner_pid(name: str) -> Optional[int]:
+def block_owner_pid(name: str) -> Optional[int]:
+    """The pid of the process that created block ``name`` (None if not ours)."""
     try:
         return int(name[len(BLOCK_PREFIX):].split("_", 1)[0])
     except ValueError:
@@ -172,7 +173,7 @@ def sweep_stale_blocks() -> List[str]:
     """Unlink blocks whose owner process is gone; returns the names removed."""
     removed = []
     for name in list_blocks():
-        pid = _owner_pid(name)
+        pid = block_owner_pid(name)
         if pid is not None and not _pid_alive(pid):
             _unlink_quietly(os.path.join(shm_directory(), name))
             removed.append(name)

@@ -35,6 +35,8 @@ class RunningNormalizer:
         self.count = 0.0
         self.mean = np.zeros(dim, np.float64)
         self.m2 = np.zeros(dim, np.float64)
+        # (dtype, device) -> (mean, std) tensors; cleared whenever the stats change.
+        self._tensors: Dict[tuple, tuple] = {}
 
     @property
     def var(self) -> np.ndarray:
@@ -54,12 +56,17 @@ class RunningNormalizer:
         self.mean = self.mean + delta * (n / total)
         self.m2 = self.m2 + batch_m2 + delta ** 2 * (self.count * n / total)
         self.count = total
+        self._tensors = {}
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """(x - mean) / sqrt(var + eps), clipped; x [..., D] float32 tensor."""
-        mean = torch.as_tensor(self.mean, dtype=x.dtype, device=x.device)
-        std = torch.as_tensor(np.sqrt(self.var + self.epsilon), dtype=x.dtype,
-                              device=x.device)
+        key = (x.dtype, x.device)
+        if key not in self._tensors:
+            self._tensors[key] = (
+                torch.as_tensor(self.mean, dtype=x.dtype, device=x.device),
+                torch.as_tensor(np.sqrt(self.var + self.epsilon), dtype=x.dtype,
+                                device=x.device))
+        mean, std = self._tensors[key]
         y = (x - mean) / std
         return y.clamp(-self.clip, self.clip) if self.clip > 0 else y
 
@@ -72,6 +79,7 @@ class RunningNormalizer:
         self.count = float(np.asarray(state["count"]).reshape(-1)[0])
         self.mean = np.array(state["mean"], np.float64).reshape(self.dim)
         self.m2 = np.array(state["m2"], np.float64).reshape(self.dim)
+        self._tensors = {}
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         return {k: torch.from_numpy(np.array(v)) for k, v in self.state_arrays().items()}
