@@ -23,7 +23,7 @@ import gin
 CONFIGURABLE_MODULES = (
     "alf_async.algorithms.ppo_learner",
     "alf_async.networks.actor_critic",
-    "alf_async.utils.normalizer",
+    "alf_async.algorithms.normalizer",
     "alf_async.checkpoint",
     "alf_async.metrics",
     "alf_async.trainer",

@@ -41,7 +41,7 @@ from alf_async.envs.gym_env import UnknownEnvError, env_dims
 from alf_async.metrics import MetricsRecorder
 from alf_async.runtime.actor import ActorConfig
 from alf_async.runtime.actor_pool import InProcessActorPool, ProcessActorPool
-from alf_async.runtime.shared_memory import shm_directory, sweep_stale_blocks
+from alf_async.utils.shared_memory import shm_directory, sweep_stale_blocks
 from alf_async.runtime.trajectory import trajectory_nbytes
 from alf_async.runtime.weight_store import WeightStore, weights_digest
 

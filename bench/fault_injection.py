@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 import psutil
 
 from alf_async.reporting.run_metrics import read_metrics
-from alf_async.runtime.shared_memory import block_owner_pid
+from alf_async.utils.shared_memory import block_owner_pid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from alf_async.runtime.shared_memory import block_owner_pid, list_blocks
+from alf_async.utils.shared_memory import block_owner_pid, list_blocks
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

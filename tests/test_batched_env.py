@@ -31,7 +31,7 @@ import pytest
 
 from alf_async.envs.batched_env import BatchedEnv
 from alf_async.envs.gym_env import make_env
-from alf_async.runtime.shared_memory import list_blocks
+from alf_async.utils.shared_memory import list_blocks
 
 ENV = "InvertedPendulumBulletEnv-v0"
 K = 4

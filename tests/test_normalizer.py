@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from alf_async.utils.normalizer import RunningNormalizer
+from alf_async.algorithms.normalizer import RunningNormalizer
 
 D = 3
 

@@ -24,7 +24,7 @@ import time
 import pytest
 import torch
 
-from alf_async.runtime.shared_memory import list_blocks
+from alf_async.utils.shared_memory import list_blocks
 from test_reliability_util import (CHILD_EXIT_S, TrainRun, assert_counters_monotonic,
                                    checkpoint_files, checkpoint_iteration, small_params)
 

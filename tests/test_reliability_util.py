@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import psutil
 
-from alf_async.runtime.shared_memory import block_owner_pid, list_blocks, shm_directory
+from alf_async.utils.shared_memory import block_owner_pid, list_blocks, shm_directory
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_GIN = "ppo_bullet_inverted_pendulum.gin"

@@ -34,7 +34,7 @@ import torch
 
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.config import register_configurables
-from alf_async.runtime.shared_memory import list_blocks
+from alf_async.utils.shared_memory import list_blocks
 from alf_async.trainer import Trainer
 
 from conftest import REPO_ROOT, wait_until

@@ -42,7 +42,7 @@ from alf_async.envs.gym_env import env_dims
 from alf_async.runtime.actor import ActorConfig
 from alf_async.runtime.actor_pool import ProcessActorPool
 from alf_async.runtime.policy import NeuralPolicy, ScriptedPolicy
-from alf_async.runtime.shared_memory import list_blocks
+from alf_async.utils.shared_memory import list_blocks
 from alf_async.runtime.weight_store import WeightStore, weights_digest
 from alf_async.trainer import Trainer
 

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import pytest
 
-from alf_async.runtime.shared_memory import list_blocks, shm_directory
+from alf_async.utils.shared_memory import list_blocks, shm_directory
 from alf_async.runtime.weight_store import WeightStore, weights_digest
 from alf_async.utils.process import mp_context, stop_processes
 

@@ -23,7 +23,7 @@ import torch
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.value_ops import explained_variance, generalized_advantage_estimation
 from alf_async.networks import ActorCritic
-from alf_async.utils.normalizer import RunningNormalizer
+from alf_async.algorithms.normalizer import RunningNormalizer
 
 
 class NonFiniteError(FloatingPointError):

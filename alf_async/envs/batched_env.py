@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_async.envs.gym_env import env_dims, make_env, quiet_stdout
-from alf_async.runtime.shared_memory import ArraySpec, SharedArrays
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 from alf_async.utils.process import describe_exit, init_child_process, mp_context
 
 

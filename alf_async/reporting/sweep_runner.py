@@ -305,6 +305,6 @@ class SweepRunner:
                 self.log(f"[sweep] killing process group {proc.pid}")
             _kill_group(proc.pid)
             proc.wait()
-        from alf_async.runtime.shared_memory import sweep_stale_blocks
+        from alf_async.utils.shared_memory import sweep_stale_blocks
 
         sweep_stale_blocks()

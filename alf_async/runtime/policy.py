@@ -18,7 +18,7 @@ import torch
 
 from alf_async.algorithms.ppo_learner import load_policy_weight_arrays
 from alf_async.networks import ActorCritic
-from alf_async.utils.normalizer import RunningNormalizer
+from alf_async.algorithms.normalizer import RunningNormalizer
 
 
 class Policy(Protocol):

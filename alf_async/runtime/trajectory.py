@@ -27,7 +27,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from alf_async.runtime.shared_memory import ArraySpec, SharedArrays
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 _FIELDS = {
     "observation": ("obs", "float32"),

@@ -16,7 +16,7 @@ from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from alf_async.runtime.shared_memory import ArraySpec, SharedArrays, iter_specs
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays, iter_specs
 
 _META = "__meta__"  # int64 [2]: sequence counter, version
 

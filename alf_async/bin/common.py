@@ -1,0 +1,67 @@
+"""What every alf_async command shares: exit codes, the user-error printer,
+logging set-up and the flags common to commands that start training runs.
+
+Exit statuses (``ExitCode``): 0 done; 1 the run failed; 2 bad input
+(configuration, files, arguments); 130 Ctrl-C; 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Optional
+
+from alf_async.utils.exit_codes import ExitCode
+
+__all__ = ["ExitCode", "user_error", "setup_logging", "define_run_flags"]
+
+
+def user_error(message: str, command: str = "alf_async") -> int:
+    """Print ``<command>: error: <message>`` as one paragraph; returns exit code 2.
+
+    gin's call-chain notes ("In call to configurable ...") are dropped and the
+    message's lines are joined, so the user reads one sentence or paragraph.
+    """
+    lines = [line.strip() for line in str(message).strip().splitlines()
+             if line.strip() and not line.strip().startswith("In call to configurable")]
+    print(f"{command}: error: {' '.join(lines)}", file=sys.stderr, flush=True)
+    return ExitCode.BAD_INPUT
+
+
+def setup_logging(root_dir: Optional[str]) -> logging.Logger:
+    """Log INFO to stderr and, with a run directory, to <root_dir>/log.txt."""
+    logger = logging.getLogger("alf_async")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(fmt)
+    logger.addHandler(stream)
+    if root_dir:
+        os.makedirs(root_dir, exist_ok=True)
+        file_handler = logging.FileHandler(os.path.join(root_dir, "log.txt"))
+        file_handler.setFormatter(fmt)
+        logger.addHandler(file_handler)
+    return logger
+
+
+def define_run_flags() -> None:
+    """Flags of commands that start training runs as a sweep (sweep, eps_report).
+
+    Each is defined once, here; a command calls this in its ``define_flags``.
+    """
+    from absl import flags
+
+    flags.DEFINE_multi_string("gin_file", None, "gin file(s) of every run")
+    flags.DEFINE_multi_string("gin_param", None, "a binding common to every run")
+    flags.DEFINE_integer("max_parallel", 1, "runs at a time (> 1 distorts timings)")
+    flags.DEFINE_integer("warmup_iterations", None, "iterations skipped when averaging "
+                         "T (default: the run's number of actors)")
+    flags.DEFINE_float("return_threshold", None, "report time and env steps to this "
+                       "mean return")
+    flags.DEFINE_float("stop_timeout_s", 60.0, "on Ctrl-C, seconds to wait for runs to "
+                       "stop before killing them")
