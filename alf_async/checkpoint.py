@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import gin
 import torch
+
+from alf_async.utils.files import atomic_write, remove_temporary_files
+from alf_async.utils.validation import check
 
 logger = logging.getLogger("alf_async")
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
@@ -28,23 +30,46 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used; the message names the file and the reason."""
 
 
+class CorruptCheckpointError(CheckpointError):
+    """The file is truncated, garbage or missing: an older checkpoint may serve."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """The file holds pickled objects other than tensors and plain values.
+
+    alf_async never unpickles those (``weights_only=True``); a run refuses to
+    start from such a file rather than fall back past it.
+    """
+
+
 def load_checkpoint_file(path: str) -> Dict[str, Any]:
-    """Load one checkpoint safely (tensors and plain values only)."""
+    """Load one checkpoint safely (tensors and plain values only).
+
+    Raises ``UnsafeCheckpointError`` if the file would need any other pickled
+    global, ``CorruptCheckpointError`` if it cannot be read as a checkpoint.
+    """
+    if not os.path.isfile(path):
+        raise CorruptCheckpointError(f"checkpoint {path} does not exist")
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception as e:  # noqa: BLE001  (not a readable torch file)
+        raise CorruptCheckpointError(f"cannot load checkpoint {path}: it is corrupt or "
+                                     f"truncated ({_first_line(e)})") from None
+    if unsafe:
+        raise UnsafeCheckpointError(
+            f"cannot load checkpoint {path}: it holds pickled Python objects other than "
+            f"tensors and plain values ({', '.join(sorted(unsafe)[:3])}), which alf_async "
+            "refuses to load (weights_only=True)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
     except Exception as e:  # noqa: BLE001  (torch raises many kinds)
-        text = str(e)
-        # Only a disallowed global/class means "unsafe"; torch also says "Weights only
-        # load failed" for plain garbage, which is corruption (fall back). A global of
-        # a blocked module (os, ...) reads "unsupported GLOBAL posix.mkdir ...".
-        if "unsupported global" in text.lower() or "Unsupported class" in text:
-            reason = ("it holds pickled Python objects other than tensors and plain "
-                      "values, which alf_async refuses to load (weights_only=True)")
-        else:
-            reason = f"it is corrupt or truncated ({type(e).__name__}: {text.splitlines()[0] if text else ''})"
-        raise CheckpointError(f"cannot load checkpoint {path}: {reason}") from None
+        raise CorruptCheckpointError(f"cannot load checkpoint {path}: it is corrupt or "
+                                     f"truncated ({_first_line(e)})") from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 @gin.configurable
@@ -57,8 +82,7 @@ class Checkpointer:
     """
 
     def __init__(self, root_dir: str, keep: int = 3):
-        if keep < 1:
-            raise ValueError(f"Checkpointer.keep must be >= 1, got {keep}")
+        check("Checkpointer", "keep", keep, "int", low=1)
         self.directory = os.path.join(root_dir, "checkpoints")
         self.keep = keep
         os.makedirs(self.directory, exist_ok=True)
@@ -75,24 +99,8 @@ class Checkpointer:
     def save(self, state: Dict[str, Any], iteration: int) -> str:
         """Write ``state`` atomically as checkpoint ``iteration``; prune old ones."""
         path = os.path.join(self.directory, f"ckpt-{iteration}.pt")
-        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        with atomic_write(path, "wb") as f:
+            torch.save(state, f)
         for _, old in self.list()[:-self.keep]:
             os.unlink(old)
         return path
@@ -105,14 +113,13 @@ class Checkpointer:
         for _, path in reversed(self.list()):
             try:
                 return load_checkpoint_file(path), path
-            except CheckpointError as e:
-                if "pickled Python objects" in str(e):
-                    raise
+            except CorruptCheckpointError as e:
                 logger.warning("%s; falling back to the previous checkpoint", e)
         return None
 
     def remove_temporary_files(self) -> None:
         """Delete leftovers of writes interrupted by a crash."""
-        for name in os.listdir(self.directory):
+        remove_temporary_files(self.directory)
+        for name in os.listdir(self.directory):  # written by alf_async <= 0.1
             if name.startswith(".ckpt-") and name.endswith(".tmp"):
                 os.unlink(os.path.join(self.directory, name))

@@ -19,6 +19,8 @@ from typing import List, Optional, Sequence
 
 import gin
 
+from alf_async.utils.validation import ConfigError  # noqa: F401  (re-exported)
+
 # Modules that define gin-configurables.
 CONFIGURABLE_MODULES = (
     "alf_async.algorithms.ppo_learner",
@@ -26,6 +28,7 @@ CONFIGURABLE_MODULES = (
     "alf_async.algorithms.normalizer",
     "alf_async.checkpoint",
     "alf_async.metrics",
+    "alf_async.settings",
     "alf_async.trainer",
 )
 
@@ -39,10 +42,6 @@ def register_configurables() -> None:
 
 CONFIG_PATH_ENV = "ALF_ASYNC_CONFIG_PATH"
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class ConfigError(ValueError):
-    """A configuration problem, explained in one paragraph for the user."""
 
 
 def gin_search_path() -> List[str]:

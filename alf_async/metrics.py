@@ -15,17 +15,109 @@ progress line every ``console_interval_s`` seconds.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import math
 import os
 import sys
 import time
-from typing import Any, Deque, Dict, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
 import gin
 
+from alf_async.utils.files import atomic_write
+from alf_async.utils.formatting import format_count, format_duration
+
 logger = logging.getLogger("alf_async")
+
+NAN = float("nan")
+
+
+@dataclass
+class IterationRecord:
+    """Everything recorded about one training iteration (one row of metrics.jsonl).
+
+    Times are seconds. The console line, TensorBoard, ``metrics.jsonl`` and the
+    reporting code (``reporting.run_metrics``) all read this one record; in the
+    file the ``learner`` statistics are written as top-level keys beside the
+    fields.
+
+    Counters after the iteration: iteration, env_steps, episodes, wall_time
+    (training-loop seconds, summed over resumes).
+    Run shape: num_envs (K), num_actors (N), unroll_length.
+    Throughput: T (seconds since the previous iteration ended), EPS = K / T,
+    env_steps_per_s = K * unroll_length / T.
+    Time split: learner_train_s, learner_wait_s (waiting for a batch),
+    actor_unroll_s, actor_wait_s, actor_inference_s, actor_env_s (of the actor
+    whose batch was trained on).
+    Async: actor_id, queue_length, behaviour_version, behaviour_digest, lag
+    (learner version at training minus behaviour_version).
+    Faults: actor_restarts, env_failures, dropped_batches (run totals).
+    Episodes: episodes_finished (in this batch), episode_return and
+    episode_length (means over the recent-episodes window; NaN before any).
+    learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
+    approx_kl, clip_fraction, grad_norm, explained_variance, action_std, ...).
+    """
+
+    iteration: int
+    env_steps: int
+    episodes: int
+    wall_time: float
+    num_envs: int
+    num_actors: int
+    unroll_length: int
+    T: float
+    EPS: float
+    env_steps_per_s: float
+    learner_train_s: float
+    learner_wait_s: float
+    actor_id: int
+    actor_unroll_s: float
+    actor_wait_s: float
+    actor_inference_s: float
+    actor_env_s: float
+    queue_length: int
+    behaviour_version: int
+    behaviour_digest: int
+    lag: int
+    episodes_finished: int
+    actor_restarts: int
+    env_failures: int
+    dropped_batches: int = 0
+    episode_return: float = NAN
+    episode_length: float = NAN
+    learner: Dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        """The metrics-file row: fields and learner statistics, NaN as null."""
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "learner"}
+        row.update(self.learner)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in row.items()}
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> "IterationRecord":
+        """Inverse of ``to_json`` (null -> NaN; missing fields of older files -> 0/NaN)."""
+        names = {f.name: f for f in dataclasses.fields(cls) if f.name != "learner"}
+        values: Dict[str, Any] = {}
+        for name, f in names.items():
+            value = row.get(name)
+            if value is None:
+                value = NAN if f.type in ("float", float) else 0
+            values[name] = value
+        learner = {k: (NAN if v is None else v) for k, v in row.items()
+                   if k not in names and isinstance(v, (int, float, type(None)))}
+        return cls(**values, learner=learner)
+
+    def scalars(self) -> Dict[str, float]:
+        """Every finite numeric value by metrics-file key (for TensorBoard)."""
+        return {k: v for k, v in self.to_json().items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v)}
+
 
 # metrics-file key -> TensorBoard tag
 TENSORBOARD_TAGS = {
@@ -53,22 +145,6 @@ TENSORBOARD_TAGS = {
 }
 
 
-def format_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(max(0, seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
-def format_count(n: float) -> str:
-    for unit, size in (("M", 1e6), ("k", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
-
-
 def truncate_metrics_file(path: str, last_iteration: int) -> None:
     """Keep only the records of iterations <= ``last_iteration`` (atomic rewrite).
 
@@ -85,10 +161,8 @@ def truncate_metrics_file(path: str, last_iteration: int) -> None:
                 continue
             if int(record.get("iteration", 0)) <= last_iteration:
                 kept.append(line if line.endswith("\n") else line + "\n")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         f.writelines(kept)
-    os.replace(tmp, path)
 
 
 @gin.configurable
@@ -142,55 +216,61 @@ class MetricsRecorder:
     def mean_length(self) -> float:
         return sum(self._lengths) / len(self._lengths) if self._lengths else float("nan")
 
-    def record(self, metrics: Dict[str, Any]) -> Dict[str, Any]:
-        """Complete ``metrics`` with episode statistics and write it everywhere."""
-        metrics = dict(metrics)
-        metrics["episode_return"] = self.mean_return
-        metrics["episode_length"] = self.mean_length
-        self._lags.append(int(metrics.get("lag", 0)))
-        if metrics.get("T"):
-            self._recent_T.append(metrics["T"])
-        line = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in metrics.items()}
-        self._file.write(json.dumps(line) + "\n")
+    def episode_window(self) -> Dict[str, list]:
+        """The recent episodes (returns, lengths) as plain lists, for checkpoints."""
+        return {"returns": list(self._returns), "lengths": list(self._lengths)}
+
+    def load_episode_window(self, window: Mapping[str, Any]) -> None:
+        """Restore ``episode_window()`` so a resumed run reports the same return."""
+        self._returns.clear()
+        self._lengths.clear()
+        self._returns.extend(float(x) for x in window.get("returns", ()))
+        self._lengths.extend(float(x) for x in window.get("lengths", ()))
+
+    def record(self, record: IterationRecord) -> IterationRecord:
+        """Complete ``record`` with the episode means and write it everywhere."""
+        record = dataclasses.replace(record, episode_return=self.mean_return,
+                                     episode_length=self.mean_length)
+        self._lags.append(int(record.lag))
+        if record.T:
+            self._recent_T.append(record.T)
+        self._file.write(json.dumps(record.to_json()) + "\n")
         self._file.flush()
         if self._writer is not None:
-            step = int(metrics["env_steps"])
+            scalars = record.scalars()
             for key, tag in TENSORBOARD_TAGS.items():
-                value = metrics.get(key)
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(tag, value, step)
-        return metrics
+                if key in scalars:
+                    self._writer.add_scalar(tag, scalars[key], int(record.env_steps))
+        return record
 
-    def console(self, metrics: Dict[str, Any], budget_env_steps: int,
+    def console(self, record: IterationRecord, budget_env_steps: int,
                 budget_iterations: int, force: bool = False) -> Optional[str]:
         """Print a progress line if ``console_interval_s`` has passed."""
         now = time.monotonic()
         if not force and now - self._last_console < self.console_interval_s:
             return None
         self._last_console = now
-        steps = metrics["env_steps"]
-        mean_T = (sum(self._recent_T) / len(self._recent_T)) if self._recent_T else float("nan")
-        rate = metrics["num_envs"] * metrics["unroll_length"] / mean_T if self._recent_T else float("nan")
+        steps = record.env_steps
+        mean_T = (sum(self._recent_T) / len(self._recent_T)) if self._recent_T else NAN
+        rate = record.num_envs * record.unroll_length / mean_T if self._recent_T else NAN
+        eta = NAN
+        progress = f"steps {format_count(steps)}"
         if budget_env_steps:
-            progress = f"steps {format_count(steps)}/{format_count(budget_env_steps)}"
-            eta = (budget_env_steps - steps) / rate if rate and math.isfinite(rate) else float("nan")
-        else:
-            progress = f"steps {format_count(steps)}"
-            eta = float("nan")
+            progress += f"/{format_count(budget_env_steps)}"
+            if rate and math.isfinite(rate):
+                eta = (budget_env_steps - steps) / rate
+        progress += f" it {record.iteration}"
         if budget_iterations:
-            progress += f" it {metrics['iteration']}/{budget_iterations}"
-            if mean_T == mean_T:
-                eta_it = (budget_iterations - metrics["iteration"]) * mean_T
-                eta = min(eta, eta_it) if eta == eta else eta_it
-        else:
-            progress += f" it {metrics['iteration']}"
+            progress += f"/{budget_iterations}"
+            if math.isfinite(mean_T):
+                eta_it = (budget_iterations - record.iteration) * mean_T
+                eta = min(eta, eta_it) if math.isfinite(eta) else eta_it
         lags = list(self._lags)[-100:]
-        eps = metrics["num_envs"] / mean_T if mean_T == mean_T else float("nan")
+        eps = record.num_envs / mean_T if math.isfinite(mean_T) else NAN
         line = (f"[alf_async] {progress} | return {self.mean_return:.1f} | "
                 f"EPS {eps:.2f} | T {mean_T:.2f}s | "
                 f"lag {min(lags)}/{sum(lags) / len(lags):.2f}/{max(lags)} | "
-                f"ETA {format_duration(eta)}")
+                f"ETA {format_duration(eta, missing='?')}")
         print(line, file=sys.stderr, flush=True)
         return line
 

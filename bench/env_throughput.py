@@ -75,14 +75,16 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
 
 def measure_one_w(args: argparse.Namespace, num_workers: int) -> Dict[str, Any]:
     """Raw and policy-in-the-loop steps/s on one actor's BatchedEnv."""
-    from alf_async.runtime.actor import Actor, ActorConfig
+    from alf_async.algorithms.policy import NeuralPolicy
+    from alf_async.runtime.actor import Actor
     from alf_async.runtime.trajectory import allocate_trajectory
+    from alf_async.settings import TrainerSettings
 
-    config = ActorConfig(env_name=args.env, num_envs=args.num_envs,
-                         num_env_workers=num_workers, unroll_length=args.unroll_length,
-                         seed=args.seed)
+    config = TrainerSettings(env_name=args.env, num_envs=args.num_envs,
+                             num_env_workers=num_workers, unroll_length=args.unroll_length,
+                             seed=args.seed, num_iterations=1)
     t0 = time.perf_counter()
-    actor = Actor(0, config)
+    actor = Actor(0, config, NeuralPolicy)
     startup_s = time.perf_counter() - t0
     try:
         env = actor.env

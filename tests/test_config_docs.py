@@ -51,11 +51,11 @@ def test_reference_lists_each_configurable_with_parameters_and_defaults():
     trainer = {p.name: p for p in docs["Trainer"].parameters}
     assert trainer["num_envs"].default == "8" and trainer["num_envs"].annotation == "int"
     assert trainer["num_envs"].description.startswith("K, envs per actor")
-    assert trainer["root_dir"].default == ""
-    assert docs["Trainer"].summary == "Trains PPO2 from N actors of K envs each."
+    assert "root_dir" not in trainer  # a command-line flag, not a setting
+    assert docs["Trainer"].summary.startswith("The settings of a training run")
     text = generate()
     assert "| `num_envs` | `int` | `8` | K, envs per actor. EPS = K / T. |" in text
-    assert "- [Trainer](#trainer) (`alf_async.trainer`)" in text
+    assert "- [Trainer](#trainer) (`alf_async.settings`)" in text
 
 
 def test_args_section_parsing():

@@ -31,8 +31,9 @@ def test_config_builds_a_trainer(name, tmp_path):
     parse_config([name])
     try:
         trainer = Trainer(root_dir=str(tmp_path / "run"))
-        assert trainer.num_env_steps > 0 or trainer.num_iterations > 0
-        assert trainer.learner.mini_batch_size <= trainer.unroll_length * trainer.num_envs
+        s = trainer.settings
+        assert s.num_env_steps > 0 or s.num_iterations > 0
+        assert trainer.learner.mini_batch_size <= s.unroll_length * s.num_envs
     finally:
         gin.clear_config()
 
@@ -43,8 +44,7 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
         parse_config([name])
         trainer = Trainer(root_dir=str(tmp_path / name))
         learner = trainer.learner
-        values[name] = {k: v for k, v in vars(trainer).items()
-                        if isinstance(v, (int, float, str, bool)) and k != "root_dir"}
+        values[name] = dict(trainer.settings.as_dict())
         values[name].update({f"learner.{k}": v for k, v in vars(learner).items()
                              if isinstance(v, (int, float, str, bool))})
         gin.clear_config()

@@ -25,9 +25,10 @@ import pytest
 import torch
 
 from alf_async.envs.gym_env import env_dims
-from alf_async.runtime.actor import ActorConfig
-from alf_async.runtime.actor_pool import ActorPoolError, ProcessActorPool
-from alf_async.runtime.policy import ScriptedPolicy
+from alf_async.runtime.actor_pool import ActorPoolError
+from alf_async.runtime.process_pool import ProcessActorPool
+from alf_async.settings import TrainerSettings
+from scripted_policy import ScriptedPolicy
 from alf_async.runtime.weight_store import WeightStore
 
 from test_reliability_util import (TrainRun, alf_async_log, checkpoint_files,
@@ -149,21 +150,20 @@ class RaisingPolicy(ScriptedPolicy):
 def test_actor_exception_is_reported_with_traceback_and_restarts_are_bounded():
     env = "InvertedPendulumBulletEnv-v0"
     obs_dim, act_dim, _ = env_dims(env)
-    config = ActorConfig(env_name=env, num_envs=2, num_env_workers=0, unroll_length=32,
-                         policy_factory=RaisingPolicy)
-    store = WeightStore.create({"param/w": np.zeros(3, np.float32)})
+    config = TrainerSettings(env_name=env, num_envs=2, num_env_workers=0, unroll_length=32,
+                             num_iterations=1, max_actor_restarts=1)
+    weights = {"param/w": np.zeros(3, np.float32)}
     pool = None
     try:
         with alf_async_log() as records:
-            store.publish({"param/w": np.zeros(3, np.float32)}, 0)
-            pool = ProcessActorPool(config, 1, 1, store, obs_dim, act_dim, max_restarts=1)
+            pool = ProcessActorPool(config, RaisingPolicy, weights, obs_dim, act_dim)
+            pool.publish_weights(weights, 0)
             pool.start()
             with pytest.raises(ActorPoolError) as info:
                 pool.next_batch()
     finally:
         if pool is not None:
             pool.close()
-        store.close()
     assert pool.restarts == 1
     assert "no restart left (max_actor_restarts=1)" in str(info.value)
     assert "RuntimeError: policy exploded on purpose" in str(info.value)

@@ -61,7 +61,7 @@ BAD_BINDINGS = [
     ("PPOLearner.learning_rate=-0.1", r"PPOLearner\.learning_rate must be a number > 0"),
     ("PPOLearner.learning_rate='fast'", r"PPOLearner\.learning_rate must be a number"),
     ("PPOLearner.gamma=1.5", r"PPOLearner\.gamma must be a number >= 0 and <= 1"),
-    ("Checkpointer.keep=0", r"Checkpointer\.keep must be >= 1"),
+    ("Checkpointer.keep=0", r"Checkpointer\.keep must be an integer >= 1, got 0"),
     ("Trainer.no_such_knob=3", r"Unknown gin parameter 'no_such_knob' of 'Trainer'"),
 ]
 

@@ -21,11 +21,13 @@ import numpy as np
 import pytest
 
 from alf_async.envs.gym_env import env_dims
-from alf_async.runtime.actor import Actor, ActorConfig
-from alf_async.runtime.actor_pool import InProcessActorPool, ProcessActorPool
-from alf_async.runtime.policy import ScriptedPolicy
+from alf_async.runtime.actor import Actor
+from alf_async.runtime.inprocess_pool import InProcessActorPool
+from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.runtime.trajectory import allocate_trajectory, trajectory_specs
-from alf_async.runtime.weight_store import WeightStore, weights_digest
+from alf_async.runtime.weight_store import weights_digest
+from alf_async.settings import TrainerSettings
+from scripted_policy import ScriptedPolicy
 
 ENV = "InvertedPendulumBulletEnv-v0"
 NUM_ENVS = 3
@@ -36,10 +38,10 @@ OBS_DIM, ACT_DIM, _ = env_dims(ENV)
 Batch = Tuple[object, Dict[str, np.ndarray]]  # (BatchReady message, arrays copy)
 
 
-def make_config(num_env_workers: int, num_actors: int = 1) -> ActorConfig:
-    return ActorConfig(env_name=ENV, num_envs=NUM_ENVS, num_env_workers=num_env_workers,
-                       unroll_length=UNROLL, seed=5, num_actors=num_actors,
-                       max_episode_steps=25, policy_factory=ScriptedPolicy)
+def make_config(num_env_workers: int, num_actors: int = 1) -> TrainerSettings:
+    return TrainerSettings(env_name=ENV, num_envs=NUM_ENVS, num_env_workers=num_env_workers,
+                           unroll_length=UNROLL, seed=5, num_actors=num_actors,
+                           max_episode_steps=25, num_iterations=NUM_BATCHES)
 
 
 def weights(version: int) -> Dict[str, np.ndarray]:
@@ -52,37 +54,32 @@ def copy_batch(arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return {k: np.array(v, copy=True) for k, v in arrays.items()}
 
 
-def drive(pool, store: WeightStore, until) -> List[Batch]:
+def drive(pool, until) -> List[Batch]:
     """Take batches like the learner does: next_batch, publish, release."""
     batches: List[Batch] = []
-    version = store.version
+    version = 0
     pool.start()
     while not until(batches):
         assert len(batches) < 50, "pool delivered too many batches"
         message, arrays = pool.next_batch()
         batches.append((message, copy_batch(arrays)))
         version += 1
-        store.publish(weights(version), version)
+        pool.publish_weights(weights(version), version)
         pool.release(message)
     return batches
 
 
-def run_pool(make_pool, until) -> List[Batch]:
-    store = WeightStore.create(weights(0))
-    pool = None
+def run_pool(pool, until) -> List[Batch]:
     try:
-        store.publish(weights(0), 0)
-        pool = make_pool(store)
-        return drive(pool, store, until)
+        pool.publish_weights(weights(0), 0)
+        return drive(pool, until)
     finally:
-        if pool is not None:
-            pool.close()
-        store.close()
+        pool.close()
 
 
-def reference_actor(actor_id: int, config: ActorConfig, count: int):
+def reference_actor(actor_id: int, config: TrainerSettings, count: int):
     """``count`` unrolls of an in-process Actor: [(arrays, episodes)]."""
-    actor = Actor(actor_id, config)
+    actor = Actor(actor_id, config, ScriptedPolicy)
     try:
         out = []
         for _ in range(count):
@@ -107,7 +104,7 @@ def assert_same_trajectory(got: Dict[str, np.ndarray], want: Dict[str, np.ndarra
 def in_process_batches() -> List[Batch]:
     """The reference: InProcessActorPool, W = 0, NUM_BATCHES batches."""
     return run_pool(
-        lambda store: InProcessActorPool(make_config(0), store, OBS_DIM, ACT_DIM),
+        InProcessActorPool(make_config(0), ScriptedPolicy, OBS_DIM, ACT_DIM),
         lambda batches: len(batches) >= NUM_BATCHES)
 
 
@@ -118,28 +115,28 @@ def test_reference_batches_exercise_every_field(in_process_batches):
     assert sum(int(a["terminated"].sum()) for a in arrays) > 0
     assert sum(int(a["truncated"].sum()) for a in arrays) > 0
     assert any(np.any(a["truncation_value"] != 0) for a in arrays)
-    assert sum(len(m.episodes) for m, _ in in_process_batches) > 0
+    assert sum(len(m.unroll.episodes) for m, _ in in_process_batches) > 0
     assert not np.array_equal(arrays[0]["observation"], arrays[1]["observation"])
     # InProcessActorPool is Actor.unroll: same arrays and episodes.
     for (message, got), (want, episodes) in zip(
             in_process_batches, reference_actor(0, make_config(0), NUM_BATCHES)):
         assert_same_trajectory(got, want, "in-process pool vs Actor.unroll")
-        assert message.episodes == episodes
+        assert message.unroll.episodes == episodes
 
 
 @pytest.mark.parametrize("num_env_workers", [0, 2])
 def test_process_actor_equals_in_process(in_process_batches, num_env_workers):
     config = make_config(num_env_workers)
     got = run_pool(
-        lambda store: ProcessActorPool(config, 1, 1, store, OBS_DIM, ACT_DIM),
+        ProcessActorPool(config, ScriptedPolicy, weights(0), OBS_DIM, ACT_DIM),
         lambda batches: len(batches) >= NUM_BATCHES)
     assert len(got) == NUM_BATCHES
     for i, ((message, arrays), (ref_message, ref_arrays)) in enumerate(
             zip(got, in_process_batches)):
         where = f"W={num_env_workers} batch {i}"
         assert_same_trajectory(arrays, ref_arrays, where)
-        assert message.episodes == ref_message.episodes, where
-        assert message.env_steps == ref_message.env_steps == UNROLL * NUM_ENVS
+        assert message.unroll.episodes == ref_message.unroll.episodes, where
+        assert message.unroll.env_steps == ref_message.unroll.env_steps == UNROLL * NUM_ENVS
         assert message.actor_id == 0
         # N = 1, one slot: batch i was acted with the weights published after
         # i training iterations, and the actor really loaded them.
@@ -156,7 +153,7 @@ def test_two_actor_processes_each_equal_their_in_process_actor():
         return ids.count(0) >= 3 and ids.count(1) >= 3
 
     got = run_pool(
-        lambda store: ProcessActorPool(config, 2, 1, store, OBS_DIM, ACT_DIM), enough)
+        ProcessActorPool(config, ScriptedPolicy, weights(0), OBS_DIM, ACT_DIM), enough)
     streams = {0: [], 1: []}
     for message, arrays in got:
         streams[message.actor_id].append((message, arrays))
@@ -168,7 +165,7 @@ def test_two_actor_processes_each_equal_their_in_process_actor():
         for i, ((message, arrays), (want, episodes)) in enumerate(zip(stream, reference)):
             where = f"actor {actor_id} batch {i}"
             assert_same_trajectory(arrays, want, where)
-            assert message.episodes == episodes, where
+            assert message.unroll.episodes == episodes, where
         # An actor's versions never go backwards.
         versions = [m.version for m, _ in stream]
         assert versions == sorted(versions)

@@ -39,9 +39,10 @@ import torch
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.config import register_configurables
 from alf_async.envs.gym_env import env_dims
-from alf_async.runtime.actor import ActorConfig
-from alf_async.runtime.actor_pool import ProcessActorPool
-from alf_async.runtime.policy import NeuralPolicy, ScriptedPolicy
+from alf_async.algorithms.policy import NeuralPolicy
+from alf_async.runtime.process_pool import ProcessActorPool
+from alf_async.settings import TrainerSettings
+from scripted_policy import ScriptedPolicy
 from alf_async.utils.shared_memory import list_blocks
 from alf_async.runtime.weight_store import WeightStore, weights_digest
 from alf_async.trainer import Trainer
@@ -272,28 +273,28 @@ def test_lag_bound_holds_with_a_late_actor(num_actors):
     """One slot per actor: lag <= N - 1 even when one actor is much slower than
     the others (the learner waits for it instead of training the fast actors'
     batches again and again)."""
-    config = ActorConfig(env_name=ENV, num_envs=2, num_env_workers=0, unroll_length=8,
-                         seed=1, num_actors=num_actors, max_episode_steps=20)
+    config = TrainerSettings(env_name=ENV, num_envs=2, num_env_workers=0, unroll_length=8,
+                             seed=1, num_actors=num_actors, max_episode_steps=20,
+                             num_iterations=4 * num_actors)
     late = num_actors - 1
-    config.policy_factory = functools.partial(
+    factory = functools.partial(
         LatePolicy, late_seed=config.policy_seed(late, 0, 0), delay_s=0.05)
     arrays = {"param/w": np.zeros(3, np.float32)}
-    store = WeightStore.create(arrays)
     pool = None
     lags, actors = [], []
     try:
-        store.publish(arrays, 0)
-        pool = ProcessActorPool(config, num_actors, 1, store, OBS_DIM, ACT_DIM)
+        pool = ProcessActorPool(config, factory, arrays, OBS_DIM, ACT_DIM)
+        pool.publish_weights(arrays, 0)
         pool.start()
         for iteration in range(4 * num_actors):
             message, _ = pool.next_batch()
-            lags.append(store.version - message.version)
+            lags.append(iteration - message.version)
             actors.append(message.actor_id)
-            store.publish({"param/w": np.full(3, iteration + 1, np.float32)}, iteration + 1)
+            pool.publish_weights({"param/w": np.full(3, iteration + 1, np.float32)},
+                                 iteration + 1)
             pool.release(message)
     finally:
         if pool is not None:
             pool.close()
-        store.close()
     assert all(0 <= lag <= num_actors - 1 for lag in lags), (lags, actors)
     assert late in actors

@@ -20,52 +20,16 @@ import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.value_ops import explained_variance, generalized_advantage_estimation
 from alf_async.networks import ActorCritic
-from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.runtime.weight_store import pack_weights
+from alf_async.utils.validation import check
 
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient became NaN or infinite during training."""
-
-
-def policy_weight_arrays(model: ActorCritic,
-                         normalizer: RunningNormalizer) -> Dict[str, np.ndarray]:
-    """What an actor needs to act: parameters (float32) and normalizer stats."""
-    arrays = {f"param/{k}": v.detach().cpu().numpy().astype(np.float32, copy=True)
-              for k, v in model.state_dict().items()}
-    arrays.update({f"normalizer/{k}": v for k, v in normalizer.state_arrays().items()})
-    return arrays
-
-
-def load_policy_weight_arrays(model: ActorCritic, normalizer: RunningNormalizer,
-                              arrays: Mapping[str, np.ndarray]) -> None:
-    """Inverse of ``policy_weight_arrays``."""
-    model.load_state_dict({k[len("param/"):]: torch.from_numpy(np.array(v))
-                           for k, v in arrays.items() if k.startswith("param/")})
-    normalizer.load_state_arrays({k[len("normalizer/"):]: v for k, v in arrays.items()
-                                  if k.startswith("normalizer/")})
-
-
-def _check(name: str, value, integer: bool = False, low: float = None,
-           high: float = None, low_open: bool = False) -> None:
-    """Raise ValueError naming ``PPOLearner.<name>`` if ``value`` is out of range."""
-    kind = "an integer" if integer else "a number"
-    ok = (isinstance(value, (int, np.integer)) if integer
-          else isinstance(value, (int, float, np.number))) and not isinstance(value, bool)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value <= high
-    if not ok:
-        bounds = []
-        if low is not None:
-            bounds.append(f"{'>' if low_open else '>='} {low:g}")
-        if high is not None:
-            bounds.append(f"<= {high:g}")
-        raise ValueError(f"PPOLearner.{name} must be {kind} {' and '.join(bounds)}, "
-                         f"got {value!r}")
 
 
 @gin.configurable
@@ -104,16 +68,20 @@ class PPOLearner:
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
                  device: str = "cpu", seed: int = 0):
-        _check("num_epochs", num_epochs, integer=True, low=1)
-        _check("mini_batch_size", mini_batch_size, integer=True, low=1)
-        _check("learning_rate", learning_rate, low=0.0, low_open=True)
-        _check("max_grad_norm", max_grad_norm, low=0.0)
-        _check("clip_ratio", clip_ratio, low=0.0, low_open=True)
-        _check("value_loss_weight", value_loss_weight, low=0.0)
-        _check("entropy_coef", entropy_coef, low=0.0)
-        _check("gamma", gamma, low=0.0, high=1.0)
-        _check("gae_lambda", gae_lambda, low=0.0, high=1.0)
-        _check("reward_scale", reward_scale, low=0.0, low_open=True)
+        for name, value, kind, bounds in (
+                ("num_epochs", num_epochs, "int", dict(low=1)),
+                ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
+                ("learning_rate", learning_rate, "number", dict(low=0, low_open=True)),
+                ("max_grad_norm", max_grad_norm, "number", dict(low=0)),
+                ("clip_ratio", clip_ratio, "number", dict(low=0, low_open=True)),
+                ("value_loss_weight", value_loss_weight, "number", dict(low=0)),
+                ("entropy_coef", entropy_coef, "number", dict(low=0)),
+                ("gamma", gamma, "number", dict(low=0, high=1)),
+                ("gae_lambda", gae_lambda, "number", dict(low=0, high=1)),
+                ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
+                ("normalize_advantages", normalize_advantages, "bool", {}),
+                ("normalize_observations", normalize_observations, "bool", {})):
+            check("PPOLearner", name, value, kind, **bounds)
         self.num_epochs = int(num_epochs)
         self.mini_batch_size = int(mini_batch_size)
         self.max_grad_norm = max_grad_norm
@@ -146,13 +114,14 @@ class PPOLearner:
                 f"unroll_length/num_envs")
 
     def weight_arrays(self) -> Dict[str, np.ndarray]:
-        return policy_weight_arrays(self.model, self._actor_normalizer())
-
-    def _actor_normalizer(self) -> RunningNormalizer:
+        """What actors need to act (``NeuralPolicy.load_weights``): the network
+        parameters and, when observations are normalized, the normalizer's
+        statistics. Without normalization no statistics are shipped, so actors
+        feed raw observations to the networks exactly as the learner does."""
+        groups = {"param": self.model.state_dict()}
         if self.normalize_observations:
-            return self.normalizer
-        identity = RunningNormalizer(self.normalizer.dim)
-        return identity
+            groups["normalizer"] = self.normalizer.state_arrays()
+        return pack_weights(groups)
 
     def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
         return self.normalizer.normalize(obs) if self.normalize_observations else obs

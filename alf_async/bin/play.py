@@ -19,7 +19,6 @@ checkpoint or video file name); 1 an unexpected failure; 130 Ctrl-C.
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -86,12 +85,12 @@ def trainer_setting(name: str) -> Any:
     """The value of ``Trainer.<name>`` in the parsed config (or its default)."""
     import gin
 
-    from alf_async.trainer import Trainer
+    from alf_async.settings import TrainerSettings
 
     try:
         return gin.query_parameter(f"Trainer.{name}")
     except ValueError:
-        return inspect.signature(Trainer).parameters[name].default
+        return TrainerSettings.__dataclass_fields__[name].default
 
 
 def load_policy(root_dir: str, checkpoint: Optional[str]):
@@ -101,7 +100,7 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     from alf_async.algorithms.ppo_learner import PPOLearner
     from alf_async.config import ConfigError, parse_config
     from alf_async.envs.gym_env import UnknownEnvError, env_dims
-    from alf_async.runtime.policy import NeuralPolicy
+    from alf_async.algorithms.policy import NeuralPolicy
 
     if not os.path.isdir(root_dir):
         raise PlayError(f"run directory {root_dir} does not exist")

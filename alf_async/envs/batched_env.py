@@ -25,6 +25,7 @@ Shapes: K = num_envs, O = observation_dim, A = action_dim.
 
 from __future__ import annotations
 
+import enum
 import signal
 import time
 import traceback
@@ -36,6 +37,7 @@ import numpy as np
 from alf_async.envs.gym_env import env_dims, make_env, quiet_stdout
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 from alf_async.utils.process import describe_exit, init_child_process, mp_context
+from alf_async.utils.seeding import derive_seed
 
 
 class EnvError(RuntimeError):
@@ -90,10 +92,13 @@ def batch_specs(num_envs: int, obs_dim: int, action_dim: int) -> Dict[str, Array
     }
 
 
-def derive_seed(*values: int) -> int:
-    """A well-mixed seed in [0, 2**31) from integers (numpy's SeedSequence)."""
-    return int(np.random.SeedSequence([int(v) % (2 ** 63) for v in values])
-               .generate_state(1)[0] % (2 ** 31 - 2 ** 20))
+class EnvCommand(enum.Enum):
+    """What the batched env asks of an env worker (or of its in-process group)."""
+
+    STEP = "step"  # step every env with the actions in the shared arrays
+    RESET = "reset"  # reset every env with its seed
+    SET_SEED = "set_seed"  # (seed,): new base seed, then reset
+    CLOSE = "close"  # end the worker
 
 
 class EnvGroup:
@@ -188,6 +193,16 @@ class EnvGroup:
             a["observation"][k] = o
         return failures
 
+    def run(self, command: EnvCommand, args: Tuple = ()) -> List[Tuple[int, str]]:
+        """Carry out ``command`` (not CLOSE); returns the env failures it met."""
+        if command is EnvCommand.STEP:
+            return self.step()
+        if command is EnvCommand.RESET:
+            return self.reset()
+        if command is EnvCommand.SET_SEED:
+            return self.set_seed(*args)
+        raise ValueError(f"EnvGroup cannot run {command}")
+
     def close(self) -> None:
         for env in self.envs.values():
             try:
@@ -200,10 +215,10 @@ class EnvGroup:
 def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: str,
                  indices: List[int], seed: int, max_episode_steps: Optional[int],
                  fatal_env_errors: bool, parent_pid: int) -> None:
-    """Entry point of an env-worker process: serve commands until 'close'.
+    """Entry point of an env-worker process: serve commands until ``CLOSE``.
 
-    A command is (method name, args) of ``EnvGroup``; the reply is
-    ("ok", failures) or ("error", EnvError).
+    A request is (EnvCommand, args); the reply is ("ok", failures) or
+    ("error", EnvError).
     """
     init_child_process(signal.SIGKILL, expected_parent=parent_pid)
     block = SharedArrays.attach(block_name, specs)
@@ -221,10 +236,10 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
                 command, args = conn.recv()
             except EOFError:
                 return
-            if command == "close":
+            if command is EnvCommand.CLOSE:
                 return
             try:
-                conn.send(("ok", getattr(group, command)(*args)))
+                conn.send(("ok", group.run(command, args)))
             except EnvError as e:
                 conn.send(("error", e))
     finally:
@@ -356,7 +371,7 @@ class BatchedEnv:
         worker = self._start_worker(old.indices, seed)
         self._workers[position] = worker
         self._receive(worker)
-        worker.conn.send(("reset", ()))
+        worker.conn.send((EnvCommand.RESET, ()))
         self._receive(worker)
         a, idx = self.arrays, old.indices
         a["final_observation"][idx] = self._last_observation[idx]
@@ -366,9 +381,9 @@ class BatchedEnv:
         a["env_failed"][idx] = True
         return [(k, error.details) for k in idx]
 
-    def _run(self, command: str, *args) -> List[Tuple[int, str]]:
+    def _run(self, command: EnvCommand, *args) -> List[Tuple[int, str]]:
         if self._group is not None:
-            return getattr(self._group, command)(*args)
+            return self._group.run(command, args)
         for worker in self._workers:
             try:
                 worker.conn.send((command, args))
@@ -379,7 +394,7 @@ class BatchedEnv:
             try:
                 failures += self._receive(worker)
             except _WorkerLost as e:
-                if self.fatal_env_errors or command != "step":
+                if self.fatal_env_errors or command is not EnvCommand.STEP:
                     raise EnvError(e.env_name, e.env_index, e.details) from None
                 failures += self._replace_worker(position, e)
         return failures
@@ -393,7 +408,7 @@ class BatchedEnv:
 
     def reset(self) -> np.ndarray:
         """Reset all envs with their seeds; returns observation [K, O]."""
-        self._note_failures(self._run("reset"))
+        self._note_failures(self._run(EnvCommand.RESET))
         self._episode_return[:] = 0
         self._episode_length[:] = 0
         self._last_observation = self.arrays["observation"].copy()
@@ -403,7 +418,7 @@ class BatchedEnv:
         """Seed env k with ``seed + k`` and reset all envs (running episodes are
         dropped); returns observation [K, O]."""
         self.seed = seed
-        self._note_failures(self._run("set_seed", seed))
+        self._note_failures(self._run(EnvCommand.SET_SEED, seed))
         self._episode_return[:] = 0
         self._episode_length[:] = 0
         self._last_observation = self.arrays["observation"].copy()
@@ -412,7 +427,7 @@ class BatchedEnv:
     def step(self, action: np.ndarray) -> StepResult:
         """Step all envs with ``action`` [K, A] in [-1, 1] (clipped)."""
         self.arrays["action"][:] = action
-        failures = self._run("step")
+        failures = self._run(EnvCommand.STEP)
         a = self.arrays
         reward = a["reward"].copy()
         terminated = a["terminated"].copy()
@@ -447,7 +462,7 @@ class BatchedEnv:
             self._group = None
         for worker in self._workers:
             try:
-                worker.conn.send(("close", ()))
+                worker.conn.send((EnvCommand.CLOSE, ()))
             except (BrokenPipeError, OSError):
                 pass
         if self._workers:

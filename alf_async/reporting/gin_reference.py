@@ -106,7 +106,10 @@ def describe(obj: Any, module: str) -> ConfigurableDoc:
             continue
         params.append(ParameterDoc(p.name, _annotation_text(p.annotation),
                                    _default_text(p.default), args.get(p.name, "")))
-    return ConfigurableDoc(obj.__name__, module, first_line(doc), params)
+    # A class registered under another name (TrainerSettings as "Trainer")
+    # says so in its ``gin_name`` attribute.
+    return ConfigurableDoc(getattr(obj, "gin_name", obj.__name__), module, first_line(doc),
+                           params)
 
 
 def collect(modules: Optional[Sequence[str]] = None) -> List[ConfigurableDoc]:

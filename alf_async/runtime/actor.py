@@ -8,7 +8,7 @@ same trajectories for the same seeds.
 The actor-process loop (ALF semantics with ``slots_per_actor = 1``):
 
 1. wait for a free slot (the learner frees a slot after training on it and
-   publishing new weights);
+   publishing new weights: ``ReleaseSlot``);
 2. load the newest weights if their version is newer than the ones held;
 3. unroll ``unroll_length`` steps of the batched env into the slot;
 4. send a ``BatchReady`` message and go to 1.
@@ -21,66 +21,20 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from alf_async.envs.batched_env import BatchedEnv, EnvError, derive_seed
+from alf_async.envs.batched_env import BatchedEnv, EnvError
 from alf_async.runtime import messages
+from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.weight_store import weights_digest
+from alf_async.settings import TrainerSettings
+from alf_async.utils.shared_memory import ArraySpec
 
-
-@dataclass
-class ActorConfig:
-    """Everything an actor needs; picklable so that it can cross to a process.
-
-    Attributes:
-        env_name: gymnasium id.
-        num_envs: K, envs per actor.
-        num_env_workers: W, env-worker processes per actor (0 = in the actor).
-        unroll_length: T, steps per trajectory.
-        seed: base seed. Actor i's envs and sampling RNG are seeded from
-            (seed, i, epoch, generation): epoch is the iteration of the last
-            checkpoint (actors reseed there, which makes a resumed synchronous
-            run replay the uninterrupted one), generation counts restarts.
-        num_actors: N.
-        fatal_env_errors: an env failure ends the actor (and the run) instead of
-            recreating the env and dropping its episode.
-        max_episode_steps: overrides the env id's time limit when set.
-        policy_factory: ``factory(observation_dim, action_dim, seed) -> Policy``.
-        gin_config: gin bindings the actor process parses before building the
-            policy (so networks match the learner's).
-    """
-
-    env_name: str
-    num_envs: int
-    num_env_workers: int
-    unroll_length: int
-    seed: int = 0
-    num_actors: int = 1
-    max_episode_steps: Optional[int] = None
-    fatal_env_errors: bool = False
-    policy_factory: Callable = None
-    gin_config: str = ""
-
-    def env_seed(self, actor_id: int, epoch: int, generation: int) -> int:
-        return derive_seed(self.seed, actor_id, epoch, generation, 1)
-
-    def policy_seed(self, actor_id: int, epoch: int, generation: int) -> int:
-        return derive_seed(self.seed, actor_id, epoch, generation, 2)
-
-
-@dataclass
-class UnrollInfo:
-    """Timings (s) and episodes of one unroll."""
-
-    unroll_s: float
-    inference_s: float
-    env_s: float
-    env_steps: int
-    episodes: List[Tuple[float, int]] = field(default_factory=list)
-    env_failures: List[Tuple[int, str]] = field(default_factory=list)
+# Seconds between heartbeats of a busy actor (see TrainerSettings.actor_timeout_s).
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 class Actor:
@@ -88,26 +42,25 @@ class Actor:
 
     Args:
         actor_id: i in [0, N).
-        config: see ActorConfig.
-        epoch: iteration of the checkpoint the run starts from (seeding).
+        settings: the run's settings (env, K, W, T, seeds).
+        policy_factory: ``factory(observation_dim, action_dim, seed) -> Policy``.
+        epoch: iteration of the checkpoint the actor's seeds derive from.
         generation: how many times actor i was restarted (seeding).
     """
 
-    def __init__(self, actor_id: int, config: ActorConfig, epoch: int = 0,
-                 generation: int = 0):
-        from alf_async.runtime.policy import NeuralPolicy
-
+    def __init__(self, actor_id: int, settings: TrainerSettings,
+                 policy_factory: PolicyFactory, epoch: int = 0, generation: int = 0):
         self.actor_id = actor_id
-        self.config = config
+        self.settings = settings
         self.generation = generation
-        self.env = BatchedEnv(config.env_name, config.num_envs, config.num_env_workers,
-                              seed=config.env_seed(actor_id, epoch, generation),
-                              max_episode_steps=config.max_episode_steps,
-                              fatal_env_errors=config.fatal_env_errors)
+        s = settings
+        self.env = BatchedEnv(s.env_name, s.num_envs, s.num_env_workers,
+                              seed=s.env_seed(actor_id, epoch, generation),
+                              max_episode_steps=s.max_episode_steps,
+                              fatal_env_errors=s.fatal_env_errors)
         try:
-            factory = config.policy_factory or NeuralPolicy
-            self.policy = factory(self.env.observation_dim, self.env.action_dim,
-                                  config.policy_seed(actor_id, epoch, generation))
+            self.policy = policy_factory(self.env.observation_dim, self.env.action_dim,
+                                         s.policy_seed(actor_id, epoch, generation))
             self.version = -1
             self.digest = 0
             self._observation = self.env.reset()
@@ -121,18 +74,18 @@ class Actor:
         Episodes in progress are dropped. Called at checkpoints, so that a run
         resumed from one continues exactly like the uninterrupted run.
         """
-        c = self.config
-        self._observation = self.env.reseed(c.env_seed(self.actor_id, epoch, self.generation))
+        s = self.settings
+        self._observation = self.env.reseed(s.env_seed(self.actor_id, epoch, self.generation))
         self.env.pop_finished_episodes()
-        self.policy.reseed(c.policy_seed(self.actor_id, epoch, self.generation))
+        self.policy.reseed(s.policy_seed(self.actor_id, epoch, self.generation))
 
-    def load_weights(self, version: int, arrays: Dict[str, np.ndarray]) -> None:
+    def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.policy.load_weights(arrays)
         self.version = version
         self.digest = weights_digest(arrays)
 
     def unroll(self, out: Dict[str, np.ndarray],
-               on_step: Optional[Callable[[], None]] = None) -> UnrollInfo:
+               on_step: Optional[Callable[[], None]] = None) -> messages.UnrollRecord:
         """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory).
 
         ``on_step`` is called before every step (the actor process uses it to
@@ -141,7 +94,7 @@ class Actor:
         start = time.perf_counter()
         inference_s = env_s = 0.0
         obs = self._observation
-        for t in range(self.config.unroll_length):
+        for t in range(self.settings.unroll_length):
             if on_step is not None:
                 on_step()
             t0 = time.perf_counter()
@@ -168,37 +121,89 @@ class Actor:
         out["bootstrap_value"][:] = self.policy.value(obs)
         inference_s += time.perf_counter() - t0
         self._observation = obs
-        return UnrollInfo(time.perf_counter() - start, inference_s, env_s,
-                          self.config.unroll_length * self.config.num_envs,
-                          self.env.pop_finished_episodes(), self.env.pop_failures())
+        return messages.UnrollRecord(time.perf_counter() - start, inference_s, env_s,
+                                     self.settings.steps_per_batch,
+                                     self.env.pop_finished_episodes(), self.env.pop_failures())
+
+    def batch_message(self, slot: int, wait_s: float,
+                      record: messages.UnrollRecord) -> messages.BatchReady:
+        """The ``BatchReady`` announcing this actor's unroll ``record`` in ``slot``."""
+        return messages.BatchReady(self.actor_id, self.generation, slot, self.version,
+                                   self.digest, wait_s, time.monotonic(), record)
 
     def close(self) -> None:
         self.env.close()
 
 
-# Seconds between heartbeats of a busy actor (see ProcessActorPool.actor_timeout_s).
-HEARTBEAT_INTERVAL_S = 2.0
+@dataclass
+class ActorLaunch:
+    """Everything an actor process is started with (picklable for spawn).
+
+    Attributes:
+        actor_id, generation, epoch: see ``Actor``.
+        settings: the run's settings.
+        policy_factory: builds the actor's policy.
+        gin_config: gin bindings the process parses before building the policy
+            (so that its networks match the learner's).
+        slots_name, slot_specs: the shared trajectory slots to attach to.
+        slot_indices: the slots this actor owns.
+        store_name, store_specs: the weight store to attach to.
+        parent_pid: the trainer's pid (the actor exits if it is gone).
+    """
+
+    actor_id: int
+    generation: int
+    epoch: int
+    settings: TrainerSettings
+    policy_factory: PolicyFactory
+    gin_config: str
+    slots_name: str
+    slot_specs: Dict[str, ArraySpec]
+    slot_indices: List[int]
+    store_name: str
+    store_specs: Dict[str, ArraySpec]
+    parent_pid: int
 
 
-def _short_failures(failures: List[Tuple[int, str]], limit: int = 4000
-                    ) -> List[Tuple[int, str]]:
-    """Failures with tracebacks cut to their last ``limit`` characters."""
-    return [(k, text[-limit:]) for k, text in failures]
+def _short_failures(record: messages.UnrollRecord, limit: int = 4000) -> None:
+    """Cut the failures' tracebacks to their last ``limit`` characters."""
+    record.env_failures = [(k, text[-limit:]) for k, text in record.env_failures]
 
 
 def _raise_system_exit(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def actor_process_main(actor_id: int, epoch: int, generation: int, config: ActorConfig, conn,
-                       slots_name: str, slot_specs, slot_indices: List[int],
-                       store_name: str, store_specs, parent_pid: int) -> None:
+def _wait_for_slot(conn, free: List[int], parent_pid: int, heartbeat: Callable[[], None]
+                   ) -> Tuple[bool, Optional[int]]:
+    """Serve learner messages until a slot is free and none is pending.
+
+    Returns (keep running, epoch to reseed at or None).
+    """
+    reseed_epoch = None
+    while not free or conn.poll():
+        heartbeat()
+        if not conn.poll(1.0):
+            if os.getppid() != parent_pid:
+                return False, None
+            continue
+        message = conn.recv()
+        if isinstance(message, messages.StopActor):
+            return False, None
+        if isinstance(message, messages.ReleaseSlot):
+            free.append(message.slot)
+            if message.reseed_epoch is not None:
+                reseed_epoch = message.reseed_epoch
+    return True, reseed_epoch
+
+
+def actor_process_main(launch: ActorLaunch, conn) -> None:
     """Entry point of an actor process; see the module docstring for the loop."""
     from alf_async.utils.process import init_child_process
 
     # SIGTERM (from the trainer, or when the trainer dies) ends the loop through
     # the finally clauses, which stop env workers and release shared memory.
-    init_child_process(signal.SIGTERM, expected_parent=parent_pid)
+    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid)
     signal.signal(signal.SIGTERM, _raise_system_exit)
     import torch
 
@@ -206,22 +211,23 @@ def actor_process_main(actor_id: int, epoch: int, generation: int, config: Actor
     from alf_async.runtime.trajectory import TrajectorySlots
     from alf_async.runtime.weight_store import WeightStore
 
+    actor_id, generation = launch.actor_id, launch.generation
     actor = slots = store = None
     try:
-        if config.gin_config:
+        if launch.gin_config:
             import gin
 
-            from alf_async.config import register_configurables
-
-            register_configurables()
-            gin.parse_config(config.gin_config)
-        slots = TrajectorySlots.attach(slots_name, slot_specs)
-        store = WeightStore.attach(store_name, store_specs)
-        actor = Actor(actor_id, config, epoch, generation)
+            # Bindings of configurables this process never imports (the learner,
+            # the metrics) are skipped; the networks are registered by the
+            # policy factory's module, imported when the launch was unpickled.
+            gin.parse_config(launch.gin_config, skip_unknown=True)
+        slots = TrajectorySlots.attach(launch.slots_name, launch.slot_specs)
+        store = WeightStore.attach(launch.store_name, launch.store_specs)
+        actor = Actor(actor_id, launch.settings, launch.policy_factory, launch.epoch,
+                      generation)
         conn.send(messages.ActorReady(actor_id, generation, os.getpid(),
                                       actor.env.worker_pids))
-        free = list(slot_indices)
-        reseed_epoch = None
+        free = list(launch.slot_indices)
         last_heartbeat = [time.monotonic()]
 
         def heartbeat() -> None:
@@ -232,35 +238,22 @@ def actor_process_main(actor_id: int, epoch: int, generation: int, config: Actor
 
         while True:
             wait_start = time.perf_counter()
-            while not free or conn.poll():
-                heartbeat()
-                if not conn.poll(1.0):
-                    if os.getppid() != parent_pid:
-                        return
-                    continue
-                kind, payload = conn.recv()
-                if kind == messages.STOP:
-                    return
-                if kind == messages.RELEASE:
-                    released, epoch_to_reseed = payload
-                    free.append(released)
-                    if epoch_to_reseed is not None:
-                        reseed_epoch = epoch_to_reseed
+            running, reseed_epoch = _wait_for_slot(conn, free, launch.parent_pid, heartbeat)
+            if not running:
+                return
             slot = free.pop(0)
             if reseed_epoch is not None:
                 actor.reseed(reseed_epoch)
-                reseed_epoch = None
-            newer = store.read_newer(actor.version, timeout_s=None if actor.version >= 0 else 60.0)
+            newer = store.read_newer(actor.version,
+                                     timeout_s=None if actor.version >= 0 else 60.0)
             while newer is None and actor.version < 0:
                 newer = store.read_newer(actor.version, timeout_s=60.0)
             if newer is not None:
                 actor.load_weights(*newer)
             wait_s = time.perf_counter() - wait_start
-            info = actor.unroll(slots.slot(slot), on_step=heartbeat)
-            conn.send(messages.BatchReady(
-                actor_id, generation, slot, actor.version, actor.digest, info.env_steps,
-                info.unroll_s, wait_s, info.inference_s, info.env_s, time.monotonic(),
-                info.episodes, _short_failures(info.env_failures)))
+            record = actor.unroll(slots.slot(slot), on_step=heartbeat)
+            _short_failures(record)
+            conn.send(actor.batch_message(slot, wait_s, record))
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):
         pass
     except BaseException as e:  # report every failure with its traceback

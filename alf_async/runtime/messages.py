@@ -1,18 +1,52 @@
-"""The small messages exchanged between actors and the learner.
+"""The typed messages between actors and the learner, in both directions.
 
-Actors send ``ActorReady`` once, then a ``BatchReady`` per trajectory (the data
-itself is in a shared-memory slot), ``Heartbeat`` while they work, or
-``ActorFailed`` with a traceback. The
-learner sends ``("release", (slot, reseed_epoch))`` when it has trained on a slot
-and published new weights (``reseed_epoch`` is an iteration number when the actor
-must reseed and reset its envs before its next unroll, else None), and
-``("stop", None)`` at the end.
+Actor -> learner (over the actor's pipe, or returned by a pool in-process):
+
+- ``ActorReady`` once, after the actor built its envs;
+- ``BatchReady`` per trajectory: the data itself is in a shared-memory slot, the
+  message carries the slot, the policy version that acted and the actor's
+  ``UnrollRecord`` (timings, finished episodes, env failures);
+- ``Heartbeat`` every few seconds while busy, so that a hung actor can be told
+  from a slow one;
+- ``ActorFailed`` with a traceback when the actor dies of an exception.
+
+Learner -> actor:
+
+- ``ReleaseSlot``: the learner trained on the slot and published new weights;
+  with ``reseed_epoch`` set the actor reseeds and resets its envs first;
+- ``StopActor``: end the actor loop.
+
+Messages are small picklable dataclasses; every actor -> learner message names
+the actor and its generation (restart count), so a message of a replaced actor
+is recognised and ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
+
+
+@dataclass
+class UnrollRecord:
+    """What one unroll of T steps on K envs produced besides the trajectory.
+
+    Attributes:
+        unroll_s: seconds of the whole unroll.
+        inference_s: seconds spent in the policy (acting and value estimates).
+        env_s: seconds spent stepping the batched env.
+        env_steps: T * K.
+        episodes: (return, length) of the episodes that ended during the unroll.
+        env_failures: (env index, traceback) of envs that failed and were
+            recreated during the unroll (their episodes are not in ``episodes``).
+    """
+
+    unroll_s: float
+    inference_s: float
+    env_s: float
+    env_steps: int
+    episodes: List[Tuple[float, int]] = field(default_factory=list)
+    env_failures: List[Tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -27,8 +61,15 @@ class ActorReady:
 class BatchReady:
     """A trajectory is complete in ``slot``.
 
-    Times are seconds; ``sent_at`` is time.monotonic() in the actor (comparable
-    across processes on one machine) and orders batches by arrival.
+    Attributes:
+        version: the policy version that acted (the weight store's version the
+            actor loaded before the unroll).
+        weights_digest: CRC of those weights (tests check it against the learner's).
+        wait_s: seconds the actor waited for a free slot and weights before the
+            unroll.
+        sent_at: time.monotonic() in the actor (comparable across processes on
+            one machine); orders batches by arrival.
+        unroll: the actor's record of the unroll.
     """
 
     actor_id: int
@@ -36,21 +77,13 @@ class BatchReady:
     slot: int
     version: int
     weights_digest: int
-    env_steps: int
-    unroll_s: float
     wait_s: float
-    inference_s: float
-    env_s: float
     sent_at: float
-    episodes: List[Tuple[float, int]] = field(default_factory=list)
-    env_failures: List[Tuple[int, str]] = field(default_factory=list)
+    unroll: UnrollRecord
 
 
 @dataclass
 class Heartbeat:
-    """Sent by a busy actor every few seconds, so that a hung one can be told
-    from a slow one."""
-
     actor_id: int
     generation: int
 
@@ -63,5 +96,14 @@ class ActorFailed:
     env_index: Optional[int] = None
 
 
-RELEASE = "release"
-STOP = "stop"
+@dataclass
+class ReleaseSlot:
+    """The learner is done with ``slot``; its data may be overwritten."""
+
+    slot: int
+    reseed_epoch: Optional[int] = None
+
+
+@dataclass
+class StopActor:
+    """End the actor loop (the actor closes its envs and exits)."""

@@ -1,4 +1,9 @@
-"""A versioned store of policy weights in shared memory.
+"""Policy weights as flat arrays, and a versioned store of them in shared memory.
+
+``pack_weights`` / ``unpack_weights`` turn named groups of tensors (for example
+``{"param": model.state_dict(), "normalizer": stats}``) into one flat dict of
+numpy arrays keyed ``"<group>/<name>"`` and back: the form weights take in the
+store, in a Ray object, or anywhere they cross a process boundary.
 
 The learner ``publish``es a dict of arrays (parameters and normalizer statistics)
 with a version number after every training iteration; actors ``read_newer`` it
@@ -12,13 +17,37 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays, iter_specs
 
 _META = "__meta__"  # int64 [2]: sequence counter, version
+
+
+def pack_weights(groups: Mapping[str, Mapping[str, Any]]) -> Dict[str, np.ndarray]:
+    """Flatten ``{group: {name: tensor or array}}`` into ``{"group/name": array}``.
+
+    Tensors are detached and copied to CPU numpy; floating-point parameters keep
+    their dtype (float32 for the networks, float64 for normalizer statistics).
+    """
+    arrays = {}
+    for group, values in groups.items():
+        for name, value in values.items():
+            if hasattr(value, "detach"):  # a torch tensor
+                value = value.detach().cpu().numpy()
+            arrays[f"{group}/{name}"] = np.array(value, copy=True)
+    return arrays
+
+
+def unpack_weights(arrays: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, np.ndarray]]:
+    """Inverse of ``pack_weights``: ``{"group/name": array}`` -> ``{group: {name: array}}``."""
+    groups: Dict[str, Dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        group, _, name = key.partition("/")
+        groups.setdefault(group, {})[name] = value
+    return groups
 
 
 def weights_digest(arrays: Mapping[str, np.ndarray]) -> int:

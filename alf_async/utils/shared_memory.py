@@ -169,12 +169,16 @@ def block_owner_pid(name: str) -> Optional[int]:
         return None
 
 
-def sweep_stale_blocks() -> List[str]:
-    """Unlink blocks whose owner process is gone; returns the names removed."""
+def sweep_stale_blocks(include_own: bool = False) -> List[str]:
+    """Unlink blocks whose owner process is gone; returns the names removed.
+
+    With ``include_own`` this process's own blocks go too (an emergency exit that
+    will not run their owners' ``close()``).
+    """
     removed = []
     for name in list_blocks():
         pid = block_owner_pid(name)
-        if pid is not None and not _pid_alive(pid):
+        if pid is not None and (not _pid_alive(pid) or (include_own and pid == os.getpid())):
             _unlink_quietly(os.path.join(shm_directory(), name))
             removed.append(name)
     return removed

@@ -1,0 +1,66 @@
+"""The learner's policy as actors run it: numpy in, numpy out, on the CPU.
+
+``NeuralPolicy`` is the actor-critic (and, when the learner normalizes
+observations, its observation normalizer) rebuilt from the arrays the learner
+publishes (``PPOLearner.weight_arrays``). It implements ``runtime.policy.Policy``;
+the Trainer hands the class to the actor pool as the actors' policy factory.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Tuple
+
+import numpy as np
+import torch
+
+from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.networks import ActorCritic
+from alf_async.runtime.weight_store import unpack_weights
+
+
+class NeuralPolicy:
+    """The actor-critic with the learner's normalizer, sampling on the CPU.
+
+    Args:
+        observation_dim, action_dim: O and A.
+        seed: seeds the action-sampling generator.
+        deterministic: act with the distribution's mean (for evaluation).
+
+    Observations are normalized exactly when the published weights carry
+    normalizer statistics (``PPOLearner.normalize_observations``); otherwise the
+    networks see the raw observations, as the learner's do.
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int, seed: int = 0,
+                 deterministic: bool = False):
+        self.model = ActorCritic(observation_dim, action_dim)
+        self.model.eval()
+        self.normalizer = RunningNormalizer(observation_dim)
+        self.normalize = False
+        self.generator = torch.Generator().manual_seed(seed)
+        self.deterministic = deterministic
+
+    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
+        groups = unpack_weights(arrays)
+        self.model.load_state_dict({k: torch.from_numpy(np.array(v))
+                                    for k, v in groups["param"].items()})
+        self.normalize = "normalizer" in groups
+        if self.normalize:
+            self.normalizer.load_state_arrays(groups["normalizer"])
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def _obs(self, observation: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.asarray(observation, np.float32))
+        return self.normalizer.normalize(x) if self.normalize else x
+
+    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """observation [K, O] -> (action [K, A], log_prob [K], value [K])."""
+        action, log_prob, value = self.model.act(self._obs(observation), self.generator,
+                                                 self.deterministic)
+        return action.numpy(), log_prob.numpy(), value.numpy()
+
+    def value(self, observation: np.ndarray) -> np.ndarray:
+        """observation [M, O] -> value [M]."""
+        return self.model.predict_value(self._obs(observation)).numpy()

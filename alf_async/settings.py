@@ -1,0 +1,145 @@
+"""The settings of a training run, declared once.
+
+``TrainerSettings`` is the single declaration of every run setting: the Trainer,
+the actor pools, each actor process and the checkpoint read this one frozen
+object. gin fills it from the ``Trainer.*`` bindings (the configurable is
+registered under the name ``Trainer``, so gin files and sweeps write
+``Trainer.num_envs = 16``). Each field carries its validation rule; a bad value
+raises ``ConfigError`` naming ``Trainer.<field>`` before anything is started.
+
+Groups (by concern):
+
+- what to train and for how long: env_name, max_episode_steps, seed,
+  num_env_steps, num_iterations;
+- the actors: num_envs (K), num_env_workers (W), num_actors (N), unroll_length,
+  slots_per_actor, backend;
+- checkpoints: checkpoint_interval, reseed_at_checkpoints;
+- faults: max_actor_restarts, actor_timeout_s, fatal_env_errors;
+- resources: max_trajectory_memory_gb, learner_num_threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Optional
+
+import gin
+
+from alf_async.utils.seeding import derive_seed
+from alf_async.utils.validation import ConfigError, rule, validate_fields
+
+BACKENDS = ("process", "inprocess")
+GIN_NAME = "Trainer"
+
+
+@gin.configurable(GIN_NAME)
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The settings of a training run, bound in gin as ``Trainer.<name>``.
+
+    Args:
+        env_name: gymnasium id, e.g. ``HumanoidBulletEnv-v0``.
+        num_envs: K, envs per actor. EPS = K / T.
+        num_env_workers: W, env-worker processes per actor (0: envs step inside
+            the actor process).
+        num_actors: N actor processes. 1 = synchronous, >= 2 = asynchronous.
+        unroll_length: steps per env per trajectory.
+        slots_per_actor: trajectories an actor may have in flight; 1 (default)
+            makes each actor wait for the learner to train on its batch.
+        num_env_steps: budget in env steps (0 = no limit; one budget must be set).
+        num_iterations: budget in training iterations (0 = no limit).
+        seed: seeds the learner, the actors' sampling and the envs.
+        backend: "process" (actor processes) or "inprocess" (N = 1 only; the
+            actor runs in the trainer's process).
+        checkpoint_interval: iterations between checkpoints (a final one is
+            always written).
+        reseed_at_checkpoints: at each periodic checkpoint the actor just
+            released reseeds its envs and sampling from (seed, actor, iteration)
+            and resets its envs (running episodes are dropped). A synchronous run
+            resumed from such a checkpoint then repeats the uninterrupted run
+            exactly. False keeps episodes running across checkpoints.
+        max_actor_restarts: actor failures tolerated before the run stops.
+        actor_timeout_s: an actor silent (no batch, no heartbeat) for this many
+            seconds is taken as hung, killed and restarted (0: never).
+        fatal_env_errors: an env that raises (or an env worker that dies) stops
+            the run instead of being recreated with its episode dropped.
+        max_episode_steps: override of the env's time limit (None keeps it).
+        max_trajectory_memory_gb: refuse configurations whose trajectory slots
+            (N * slots_per_actor * one trajectory) would need more shared memory.
+        learner_num_threads: torch CPU threads of the learner (0 keeps torch's
+            default, one per core). The default 1 suits the small MLPs of PPO and
+            leaves the cores to the actors: with several threads on a machine
+            whose cores are busy with actors, intra-op threads wait on each other
+            (measured here: 15x slower training on 2 busy cores). Raise it for
+            large networks trained on the CPU of a machine with spare cores.
+    """
+
+    gin_name: ClassVar[str] = GIN_NAME
+
+    env_name: str = field(default="InvertedPendulumBulletEnv-v0", metadata=rule("str"))
+    num_envs: int = field(default=8, metadata=rule("int", low=1))
+    num_env_workers: int = 0
+    num_actors: int = field(default=1, metadata=rule("int", low=1))
+    unroll_length: int = field(default=128, metadata=rule("int", low=1))
+    slots_per_actor: int = field(default=1, metadata=rule("int", low=1))
+    num_env_steps: int = field(default=0, metadata=rule("int", low=0))
+    num_iterations: int = field(default=0, metadata=rule("int", low=0))
+    seed: int = field(default=0, metadata=rule("int"))
+    backend: str = field(default="process", metadata=rule("choice", choices=BACKENDS))
+    checkpoint_interval: int = field(default=20, metadata=rule("int", low=1))
+    reseed_at_checkpoints: bool = field(default=True, metadata=rule("bool"))
+    max_actor_restarts: int = field(default=3, metadata=rule("int", low=0))
+    actor_timeout_s: float = field(default=120.0, metadata=rule("number", low=0))
+    fatal_env_errors: bool = field(default=False, metadata=rule("bool"))
+    max_episode_steps: Optional[int] = field(default=None,
+                                             metadata=rule("int", low=1, optional=True))
+    max_trajectory_memory_gb: float = field(default=8.0, metadata=rule(
+        "number", low=0, low_open=True))
+    learner_num_threads: int = field(default=1, metadata=rule("int", low=0))
+
+    def __post_init__(self) -> None:
+        validate_fields(self, GIN_NAME)
+        w = self.num_env_workers
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= self.num_envs:
+            raise ConfigError(f"Trainer.num_env_workers must be an integer in "
+                              f"[0, num_envs={self.num_envs}], got {w!r}")
+        if not (self.num_env_steps or self.num_iterations):
+            raise ConfigError(
+                "Set a budget: Trainer.num_env_steps and/or Trainer.num_iterations must be "
+                f"> 0 (got num_env_steps={self.num_env_steps}, "
+                f"num_iterations={self.num_iterations})")
+        if self.backend == "inprocess" and self.num_actors != 1:
+            raise ConfigError("Trainer.backend='inprocess' runs one actor; set "
+                              f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")
+
+    # -- derived values -------------------------------------------------------
+    @property
+    def steps_per_batch(self) -> int:
+        """Env steps in one actor batch: unroll_length * num_envs."""
+        return self.unroll_length * self.num_envs
+
+    def budget_reached(self, iteration: int, env_steps: int) -> bool:
+        return bool((self.num_env_steps and env_steps >= self.num_env_steps)
+                    or (self.num_iterations and iteration >= self.num_iterations))
+
+    def env_seed(self, actor_id: int, epoch: int, generation: int) -> int:
+        """Base seed of actor ``actor_id``'s envs (env k gets this + k).
+
+        ``epoch`` is the iteration of the checkpoint the actor last reseeded at
+        (actors reseed there, so a resumed synchronous run replays the
+        uninterrupted one); ``generation`` counts the actor's restarts.
+        """
+        return derive_seed(self.seed, actor_id, epoch, generation, 1)
+
+    def policy_seed(self, actor_id: int, epoch: int, generation: int) -> int:
+        """Seed of actor ``actor_id``'s action sampling (see ``env_seed``)."""
+        return derive_seed(self.seed, actor_id, epoch, generation, 2)
+
+    def replace(self, **changes: Any) -> "TrainerSettings":
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """Plain values, for checkpoints and logs."""
+        return dataclasses.asdict(self)

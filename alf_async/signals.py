@@ -1,0 +1,72 @@
+"""Graceful stop on Ctrl-C and SIGTERM.
+
+While a run trains, ``GracefulStop`` turns SIGINT into ``KeyboardInterrupt`` and
+SIGTERM into ``TerminationRequested``, but never in the middle of a training
+iteration: a signal that arrives inside ``iteration()`` is deferred and raised when
+the iteration ends, so the final checkpoint always holds a consistent learner.
+A second signal while stopping (or a second Ctrl-C) calls ``kill_now`` (which
+should kill every child at once) and exits with 130 / 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from typing import Callable, Iterator, Optional
+
+from alf_async.utils.exit_codes import ExitCode
+
+
+class TerminationRequested(Exception):
+    """SIGTERM was received; the run stops with a final checkpoint."""
+
+
+class GracefulStop:
+    """Installs SIGINT/SIGTERM handlers for the duration of a ``with`` block.
+
+    Args:
+        kill_now: called on a second signal, before ``os._exit``.
+    """
+
+    def __init__(self, kill_now: Callable[[], None]):
+        self.kill_now = kill_now
+        self.stopping = False
+        self._interrupts = 0
+        self._in_iteration = False
+        self._deferred: Optional[BaseException] = None
+        self._previous = {}
+
+    def __enter__(self) -> "GracefulStop":
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping = True
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+        if self.stopping or self._interrupts >= 2:
+            self.kill_now()
+            os._exit(ExitCode.SIGINT if signum == signal.SIGINT else ExitCode.SIGTERM)
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else TerminationRequested()
+        if self._in_iteration:
+            self._deferred = stop
+            return
+        raise stop
+
+    @contextlib.contextmanager
+    def iteration(self) -> Iterator[None]:
+        """A block that a signal does not interrupt; a deferred stop is raised after it."""
+        self._in_iteration = True
+        try:
+            yield
+        finally:
+            self._in_iteration = False
+        if self._deferred is not None:
+            raise self._deferred

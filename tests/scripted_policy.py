@@ -1,0 +1,43 @@
+"""A deterministic, weight-free policy for the runtime's tests (not a test file).
+
+It lets tests check that the runtime transports trajectories faithfully: the same
+seeds give the same batches in-process and across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Tuple
+
+import numpy as np
+
+
+class ScriptedPolicy:
+    """Deterministic actions computed from the observation and a step counter.
+
+    action[k] = 0.9 * sin(0.37 * step + sum(obs[k]) + k) for every action dim;
+    log_prob = -step, value = sum(obs[k]). It ignores published weights but keeps
+    the last ones it was given in ``last_weights``.
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int, seed: int = 0):
+        self.action_dim = action_dim
+        self.step = 0
+        self.last_weights: Dict[str, np.ndarray] = {}
+
+    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.last_weights = dict(arrays)
+
+    def reseed(self, seed: int) -> None:
+        self.step = 0
+
+    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        observation = np.asarray(observation, np.float32)
+        k = np.arange(observation.shape[0], dtype=np.float32)
+        phase = 0.37 * self.step + observation.sum(-1) + k
+        action = np.repeat((0.9 * np.sin(phase))[:, None], self.action_dim, axis=1)
+        log_prob = np.full(observation.shape[0], -float(self.step), np.float32)
+        self.step += 1
+        return action.astype(np.float32), log_prob, self.value(observation)
+
+    def value(self, observation: np.ndarray) -> np.ndarray:
+        return np.asarray(observation, np.float32).sum(-1)
