@@ -140,6 +140,11 @@ class TrainerSettings:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def changes_since(self, saved: Dict[str, Any]) -> str:
+        """'name old -> new, ...' for fields that differ from ``saved`` (as_dict())."""
+        return ", ".join(f"{k} {v!r} -> {getattr(self, k)!r}" for k, v in sorted(saved.items())
+                         if hasattr(self, k) and getattr(self, k) != v)
+
     def as_dict(self) -> Dict[str, Any]:
         """Plain values, for checkpoints and logs."""
         return dataclasses.asdict(self)

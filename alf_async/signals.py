@@ -15,7 +15,10 @@ import os
 import signal
 from typing import Callable, Iterator, Optional
 
+import psutil
+
 from alf_async.utils.exit_codes import ExitCode
+from alf_async.utils.shared_memory import sweep_stale_blocks
 
 
 class TerminationRequested(Exception):
@@ -70,3 +73,19 @@ class GracefulStop:
             self._in_iteration = False
         if self._deferred is not None:
             raise self._deferred
+
+
+def kill_children_now() -> None:
+    """SIGKILL every descendant process and remove this process's shared memory.
+
+    The emergency exit of a second Ctrl-C: nothing is waited for but the kills.
+    """
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(children, timeout=5)
+    sweep_stale_blocks(include_own=True)
+    print("[alf_async] second interrupt: children killed, exiting now", flush=True)

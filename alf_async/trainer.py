@@ -26,11 +26,10 @@ import time
 from typing import Any, Dict, Optional
 
 import gin
-import psutil
 import torch
 
 from alf_async.algorithms.policy import NeuralPolicy
-from alf_async.algorithms.ppo_learner import PPOLearner
+from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
 from alf_async.checkpoint import Checkpointer
 from alf_async.envs.gym_env import UnknownEnvError, env_dims
 from alf_async.metrics import IterationRecord, MetricsRecorder
@@ -40,7 +39,7 @@ from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
-from alf_async.signals import GracefulStop, TerminationRequested
+from alf_async.signals import GracefulStop, TerminationRequested, kill_children_now
 from alf_async.utils.shared_memory import sweep_stale_blocks
 from alf_async.utils.validation import ConfigError
 
@@ -72,6 +71,9 @@ class Trainer:
             self.observation_dim, self.action_dim, _ = env_dims(s.env_name)
         except UnknownEnvError as e:
             raise ConfigError(str(e)) from None
+        except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
+            raise ConfigError(f"the env {s.env_name!r} cannot be created: "
+                              f"{type(e).__name__}: {e}") from None
         check_resources(s, self.observation_dim, self.action_dim)
         if s.learner_num_threads:
             torch.set_num_threads(s.learner_num_threads)
@@ -95,11 +97,16 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, metrics: MetricsRecorder) -> str:
+        if not self.learner.all_finite():
+            raise NonFiniteError(f"the learner's weights or statistics are not finite at "
+                                 f"iteration {int(self.counters['iteration'])}; no "
+                                 "checkpoint was written")
         state = {"learner": self.learner.state_dict(), "counters": dict(self.counters),
                  "torch_rng": torch.get_rng_state(), "settings": self.settings.as_dict(),
                  "episode_window": metrics.episode_window(), "format": CHECKPOINT_FORMAT}
-        self.last_checkpoint_iteration = int(self.counters["iteration"])
-        self.last_checkpoint = self.checkpointer.save(state, self.last_checkpoint_iteration)
+        iteration = int(self.counters["iteration"])
+        self.last_checkpoint = self.checkpointer.save(state, iteration)
+        self.last_checkpoint_iteration = iteration
         logger.info("checkpoint written: %s", self.last_checkpoint)
         return self.last_checkpoint
 
@@ -114,11 +121,9 @@ class Trainer:
                               for k, v in state["counters"].items()})
         torch.set_rng_state(state["torch_rng"])
         self._episode_window = state.get("episode_window", {})
-        changed = {k: (v, getattr(self.settings, k)) for k, v in state.get("settings", {}).items()
-                   if hasattr(self.settings, k) and getattr(self.settings, k) != v}
+        changed = self.settings.changes_since(state.get("settings", {}))
         if changed:
-            logger.info("settings changed since the checkpoint: %s", ", ".join(
-                f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items())))
+            logger.info("settings changed since the checkpoint: %s", changed)
         self.last_checkpoint, self.last_checkpoint_iteration = path, int(
             self.counters["iteration"])
         logger.info("resumed from %s at iteration %d, %d env steps", path,
@@ -135,18 +140,6 @@ class Trainer:
         version = int(self.counters["iteration"])
         self.pool.publish_weights(arrays, version)
         self.published_digests[version] = weights_digest(arrays)
-
-    def _kill_everything_now(self) -> None:
-        """Second Ctrl-C: SIGKILL every child and remove shared memory at once."""
-        children = psutil.Process().children(recursive=True)
-        for child in children:
-            try:
-                child.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(children, timeout=5)
-        sweep_stale_blocks(include_own=True)
-        print("[alf_async] second interrupt: children killed, exiting now", flush=True)
 
     def train(self) -> Dict[str, float]:
         """Run until the budget is reached; returns the final counters.
@@ -167,7 +160,7 @@ class Trainer:
             int(self.counters["iteration"]), int(self.counters["env_steps"])))
         metrics.load_episode_window(self._episode_window)
         try:
-            with GracefulStop(self._kill_everything_now) as stop:
+            with GracefulStop(kill_children_now) as stop:
                 try:
                     self.pool = make_actor_pool(
                         s, self.policy_factory, self.learner.weight_arrays(),
@@ -233,7 +226,12 @@ class Trainer:
                 exc, (KeyboardInterrupt, TerminationRequested, ActorPoolError))
             if ((completed or not learner_failed) and c["iteration"] > 0
                     and c["iteration"] % s.checkpoint_interval != 0):
-                self.save_checkpoint(metrics)
+                try:
+                    self.save_checkpoint(metrics)
+                except (OSError, NonFiniteError) as e:
+                    if exc is None:
+                        raise
+                    logger.error("the final checkpoint could not be written: %s", e)
 
     def _record(self, message: BatchReady, stats: Dict[str, float], version: int,
                 T: float, learner_wait_s: float, learner_train_s: float) -> IterationRecord:

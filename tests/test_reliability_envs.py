@@ -156,3 +156,45 @@ def test_batched_env_survives_a_killed_worker():
             result = env.step(action)
             assert not result.truncated.any()
         assert env.pop_failures() == []
+
+
+NAN_ENV = "AlfAsyncNaNPendulum-v0"
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_non_finite_observations_never_leave_the_batched_env(num_workers):
+    """A NaN observation is an env fault: the env is recreated, its episode
+    dropped, and the failure names the env, the step and the field."""
+    with BatchedEnv(NAN_ENV, 3, num_workers, seed=4) as env:
+        env.reset()
+        failures = []
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            result = env.step(rng.uniform(-1, 1, (3, env.action_dim)).astype(np.float32))
+            assert np.all(np.isfinite(result.observation))
+            assert np.all(np.isfinite(result.reward))
+            failures += env.pop_failures()
+        assert failures, "the NaN env (1% per step) should have failed in 900 steps"
+        for k, text in failures:
+            assert 0 <= k < 3
+            assert re.fullmatch(rf"NonFiniteEnvValue: env {k} of {NAN_ENV} returned a "
+                                r"non-finite observation \(nan at index 0\) at step \d+ "
+                                r"of its episode", text.strip()), text
+
+
+@pytest.mark.timeout(240)
+def test_nan_env_run_completes_and_logs_one_line_per_failure(tmp_path):
+    root = str(tmp_path / "run")
+    params = small_params(f"Trainer.env_name='{NAN_ENV}'", "Trainer.max_actor_restarts=0",
+                          iterations=8)
+    with TrainRun(root, params) as run:
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert "Traceback" not in out
+    rows = run.metrics()
+    assert rows[-1]["env_failures"] > 0
+    logged = re.findall(r"its episode was dropped: NonFiniteEnvValue: env \d of "
+                        rf"{NAN_ENV} returned a non-finite observation", out)
+    assert len(logged) == rows[-1]["env_failures"], out[-3000:]

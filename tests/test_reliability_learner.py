@@ -40,7 +40,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     assert sorted(before) == ["ckpt-2.pt", "ckpt-4.pt"]
 
     params = small_params("Trainer.checkpoint_interval=1", "PPOLearner.reward_scale=1e39",
-                          iterations=10)
+                          "PPOLearner.max_skipped_updates=0", iterations=10)
     with TrainRun(root, params) as run:
         rc = run.wait(180)
         run.assert_clean()
@@ -94,3 +94,40 @@ def test_learner_exception_stops_children_and_writes_no_checkpoint(tmp_path):
     assert len(seen["pids"]) == 2
     assert signal.getsignal(signal.SIGINT) is sigint_before
     assert signal.getsignal(signal.SIGTERM) is sigterm_before
+
+
+def _synthetic_batch(T=8, K=4, obs=3, act=2, reward=0.5):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    return {
+        "observation": rng.standard_normal((T, K, obs)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (T, K, act)).astype(np.float32),
+        "reward": np.full((T, K), reward, np.float32),
+        "terminated": np.zeros((T, K), bool), "truncated": np.zeros((T, K), bool),
+        "log_prob": np.full((T, K), -2.0, np.float32),
+        "value": np.zeros((T, K), np.float32),
+        "truncation_value": np.zeros((T, K), np.float32),
+        "bootstrap_value": np.zeros(K, np.float32),
+    }
+
+
+def test_non_finite_update_is_skipped_counted_and_never_applied():
+    from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
+
+    learner = PPOLearner(3, 2, num_epochs=2, mini_batch_size=16, max_skipped_updates=5)
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    stats = learner.train(_synthetic_batch(reward=float("inf")))
+    assert stats["skipped_updates"] == 4 and stats["gradient_steps"] == 0
+    for k, v in learner.model.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} changed by a non-finite update"
+    assert learner.all_finite()
+    # A finite batch trains again (and resets the count of skips in a row).
+    stats = learner.train(_synthetic_batch())
+    assert stats["skipped_updates"] == 0 and stats["gradient_steps"] == 4
+    assert any(not torch.equal(v, before[k]) for k, v in learner.model.state_dict().items())
+    # Skips that keep happening stop training with a clear error.
+    learner.train(_synthetic_batch(reward=float("nan")))  # 4 in a row: allowed
+    with pytest.raises(NonFiniteError, match=r"6 non-finite updates in a row, more than "
+                                             r"PPOLearner\.max_skipped_updates=5"):
+        learner.train(_synthetic_batch(reward=float("nan")))

@@ -57,6 +57,10 @@ class PPOLearner:
         reward_scale: rewards are multiplied by this before GAE.
         device: torch device of the learner ("cpu", "cuda", "auto" = cuda if available).
             Actors always act on the CPU.
+        max_skipped_updates: a gradient step whose loss or gradient is NaN or
+            infinite is skipped (never applied) and counted (``skipped_updates``
+            in the metrics); more than this many in a row stop the run with
+            ``NonFiniteError``.
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
@@ -67,7 +71,7 @@ class PPOLearner:
                  entropy_coef: float = 1e-2, gamma: float = 0.99,
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
-                 device: str = "cpu", seed: int = 0):
+                 device: str = "cpu", max_skipped_updates: int = 10, seed: int = 0):
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
                 ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
@@ -79,6 +83,7 @@ class PPOLearner:
                 ("gamma", gamma, "number", dict(low=0, high=1)),
                 ("gae_lambda", gae_lambda, "number", dict(low=0, high=1)),
                 ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
+                ("max_skipped_updates", max_skipped_updates, "int", dict(low=0)),
                 ("normalize_advantages", normalize_advantages, "bool", {}),
                 ("normalize_observations", normalize_observations, "bool", {})):
             check("PPOLearner", name, value, kind, **bounds)
@@ -93,6 +98,8 @@ class PPOLearner:
         self.normalize_advantages = normalize_advantages
         self.normalize_observations = normalize_observations
         self.reward_scale = reward_scale
+        self.max_skipped_updates = int(max_skipped_updates)
+        self._consecutive_skips = 0
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -150,7 +157,7 @@ class PPOLearner:
         old_log_prob = t["log_prob"].reshape(n)
         advantages, returns = advantages.reshape(n), returns.reshape(n)
         totals: Dict[str, float] = {}
-        steps = 0
+        steps = skipped = 0
         mb = min(self.mini_batch_size, n)
         for _ in range(self.num_epochs):
             order = torch.randperm(n, generator=self.generator).to(dev)
@@ -171,22 +178,42 @@ class PPOLearner:
                     grad_norm = torch.linalg.vector_norm(
                         torch.stack([p.grad.norm() for p in params]))
                 if not (torch.isfinite(out.loss) and torch.isfinite(grad_norm)):
-                    raise NonFiniteError(
-                        f"non-finite {'loss' if not torch.isfinite(out.loss) else 'gradient norm'}"
-                        f" at training iteration {self.iteration}, epoch pass "
-                        f"{steps // max(1, n // mb)}: loss={out.loss.item()}, "
-                        f"grad_norm={grad_norm.item()}")
+                    # Never apply a non-finite update; stop if it keeps happening.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    self._consecutive_skips += 1
+                    if self._consecutive_skips > self.max_skipped_updates:
+                        raise NonFiniteError(
+                            f"non-finite {'loss' if not torch.isfinite(out.loss) else 'gradient norm'}"
+                            f" at training iteration {self.iteration}, epoch pass "
+                            f"{steps // max(1, n // mb)}: loss={out.loss.item()}, "
+                            f"grad_norm={grad_norm.item()} ({self._consecutive_skips} "
+                            f"non-finite updates in a row, more than "
+                            f"PPOLearner.max_skipped_updates={self.max_skipped_updates})")
+                    steps += 1
+                    continue
+                self._consecutive_skips = 0
                 self.optimizer.step()
                 for key, value in out.stats.items():
                     totals[key] = totals.get(key, 0.0) + float(value)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
                 steps += 1
-        stats = {k: v / max(steps, 1) for k, v in totals.items()}
+        stats = {k: v / max(steps - skipped, 1) for k, v in totals.items()}
+        stats["skipped_updates"] = float(skipped)
         stats["explained_variance"] = explained_variance(t["value"].reshape(n), returns)
         stats["action_std"] = float(self.model.actor.log_std.detach().exp().mean())
-        stats["gradient_steps"] = float(steps)
+        stats["gradient_steps"] = float(steps - skipped)
         self.iteration += 1
         return stats
+
+    def all_finite(self) -> bool:
+        """Whether the weights, optimizer moments and normalizer statistics are finite."""
+        tensors = list(self.model.state_dict().values())
+        for group in self.optimizer.state.values():
+            tensors += [v for v in group.values() if torch.is_tensor(v)]
+        arrays = self.normalizer.state_arrays().values()
+        return (all(bool(torch.isfinite(t).all()) for t in tensors)
+                and all(bool(np.isfinite(a).all()) for a in arrays))
 
     def state_dict(self) -> Dict[str, object]:
         """Everything needed to continue training (tensors and plain values)."""

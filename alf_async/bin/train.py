@@ -2,15 +2,17 @@
 
     python -m alf_async.bin.train --gin_file=ppo_bullet_humanoid.gin --root_dir=RUN
     python -m alf_async.bin.train --root_dir=RUN          # resume RUN
+    python -m alf_async.bin.train --gin_file=F            # a new run in runs/F-<date>-<time>
 
 ``--gin_file`` takes a path or a bare name looked up in the current directory,
 the project's gin_configs/, then $ALF_ASYNC_CONFIG_PATH. ``--gin_param`` adds
 bindings (repeatable). Running again with the same ``--root_dir`` resumes from its
 newest checkpoint; without ``--gin_file`` it reuses the run's saved config.
 
-Exit status: 0 done; 2 bad input (configuration, files); 1 the run failed;
-130 interrupted by Ctrl-C; 143 stopped by SIGTERM. A final checkpoint is written
-on interrupts.
+Exit status: 0 done; 2 bad input (configuration, files, a run that cannot start);
+1 the run failed (the message names the newest checkpoint to resume from);
+130 interrupted by Ctrl-C; 143 stopped by SIGTERM (a final checkpoint is written
+when an iteration has finished since the last one).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import List, Optional, Sequence
 
 from absl import app, flags
@@ -29,7 +32,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", None, "gin file(s): a path or a bare name on the "
                           "gin search path")
 flags.DEFINE_multi_string("gin_param", None, "gin binding, e.g. 'Trainer.num_actors=2'")
-flags.DEFINE_string("root_dir", None, "run directory (resumed if it exists)")
+flags.DEFINE_string("root_dir", None, "run directory (resumed if it exists; default: "
+                    "runs/<gin file>-<date>-<time> under the working directory)")
 
 RUN_CONFIG = "config.gin"
 
@@ -41,11 +45,14 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     from alf_async.algorithms.ppo_learner import NonFiniteError
     from alf_async.checkpoint import CheckpointError
     from alf_async.config import ConfigError, parse_config
-    from alf_async.runtime.actor_pool import ActorPoolError
+    from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
     from alf_async.trainer import Trainer
 
     root_dir = os.path.abspath(root_dir)
+    problem = _root_dir_problem(root_dir)
+    if problem:
+        return user_error(problem)
     saved = os.path.join(root_dir, RUN_CONFIG)
     if not gin_files:
         if not os.path.isfile(saved):
@@ -76,6 +83,18 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         return ExitCode.SIGINT if ctrl_c else ExitCode.SIGTERM
     except CheckpointError as e:
         return user_error(str(e))
+    except ActorStartupError as e:
+        logger.error("the run could not start: %s", e)
+        return user_error(f"the run could not start: {e}. Nothing was trained; fix the "
+                          "env or module named above and run the same command again.")
+    except OSError as e:
+        where = e.filename or "a file of the run"
+        logger.error("run stopped at iteration %d: could not write %s: %s. %s; free space "
+                     "or make %s writable, then resume with: python -m alf_async.bin.train "
+                     "--root_dir=%s",
+                     trainer.counters["iteration"], where, e.strerror or e,
+                     _saved_state(trainer).capitalize(), root_dir, root_dir)
+        return ExitCode.FAILED
     except ActorPoolError as e:
         logger.error("run stopped at iteration %d: %s\n%s.", trainer.counters["iteration"],
                      e, _saved_state(trainer).capitalize())
@@ -97,6 +116,28 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     return ExitCode.OK
 
 
+def _root_dir_problem(root_dir: str) -> Optional[str]:
+    """Why ``root_dir`` cannot hold a run (None when it can)."""
+    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        return f"--root_dir={root_dir} is a file, not a folder; give a folder for the run"
+    existing = root_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return (f"--root_dir={root_dir} cannot be created: {existing} is a file, not a "
+                "folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"--root_dir={root_dir} cannot be written: {existing} is not writable; "
+                "choose a folder you can write to")
+    return None
+
+
+def default_root_dir(gin_files: Sequence[str]) -> str:
+    """``runs/<first gin file's stem>-<date>-<time>`` under the working directory."""
+    stem = (os.path.splitext(os.path.basename(gin_files[0]))[0] if gin_files else "run")
+    return os.path.join("runs", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def _saved_state(trainer) -> str:
     """What a stopped run left to resume from, said truthfully."""
     if trainer.last_checkpoint:
@@ -109,9 +150,17 @@ def _saved_state(trainer) -> str:
 def main(argv: List[str]) -> None:
     if len(argv) > 1:
         sys.exit(user_error(f"unexpected arguments: {' '.join(argv[1:])}"))
-    if not FLAGS.root_dir:
-        sys.exit(user_error("--root_dir is required"))
-    sys.exit(train(FLAGS.root_dir, FLAGS.gin_file or [], FLAGS.gin_param or []))
+    root_dir = FLAGS.root_dir
+    if not root_dir:
+        if not FLAGS.gin_file:
+            sys.exit(user_error("give --gin_file to start a run, or --root_dir of a run to "
+                                "resume it"))
+        root_dir = default_root_dir(FLAGS.gin_file)
+        print(f"alf_async: no --root_dir given; this run goes to {os.path.abspath(root_dir)}"
+              f"\nalf_async: resume it with: python -m alf_async.bin.train "
+              f"--root_dir={root_dir}",
+              file=sys.stderr, flush=True)
+    sys.exit(train(root_dir, FLAGS.gin_file or [], FLAGS.gin_param or []))
 
 
 def run_main() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -92,6 +93,23 @@ def batch_specs(num_envs: int, obs_dim: int, action_dim: int) -> Dict[str, Array
     }
 
 
+class NonFiniteEnvValue(RuntimeError):
+    """An env returned NaN or inf in an observation or a reward.
+
+    Handled like an exception of the env: caught where the env is stepped, before
+    the value reaches the policy, the normalizer or the learner.
+    """
+
+
+def _failure_text() -> str:
+    """The failure description of the exception being handled: a traceback, or
+    the one-line message of a non-finite value (its traceback says nothing more)."""
+    error = sys.exc_info()[1]
+    if isinstance(error, NonFiniteEnvValue):
+        return f"{type(error).__name__}: {error}"
+    return traceback.format_exc()
+
+
 class EnvCommand(enum.Enum):
     """What the batched env asks of an env worker (or of its in-process group)."""
 
@@ -120,6 +138,7 @@ class EnvGroup:
         self.max_episode_steps = max_episode_steps
         self.fatal_env_errors = fatal_env_errors
         self.recreated = 0
+        self.episode_steps = {k: 0 for k in self.indices}
         self.envs = {}
         for k in self.indices:
             self.envs[k] = self._guard(k, self._make)
@@ -133,6 +152,18 @@ class EnvGroup:
         except Exception:
             raise EnvError(self.env_name, k, traceback.format_exc()) from None
 
+    def _finite(self, k: int, field: str, value):
+        """``value`` if it is all finite, else raise ``NonFiniteEnvValue``."""
+        if not np.all(np.isfinite(value)):
+            where = ("at reset" if self.episode_steps[k] == 0
+                     else f"at step {self.episode_steps[k]} of its episode")
+            bad = np.asarray(value, np.float64).reshape(-1)
+            index = int(np.flatnonzero(~np.isfinite(bad))[0])
+            detail = f"{bad[index]}" if bad.size == 1 else f"{bad[index]} at index {index}"
+            raise NonFiniteEnvValue(f"env {k} of {self.env_name} returned a non-finite "
+                                    f"{field} ({detail}) {where}")
+        return value
+
     def _recreate(self, k: int) -> np.ndarray:
         """Replace env k by a new one with a fresh seed; returns its first obs."""
         try:
@@ -142,8 +173,10 @@ class EnvGroup:
         self.recreated += 1
         self.envs[k] = self._guard(k, self._make)
         seed = derive_seed(self.seed, k, self.recreated)
+        self.episode_steps[k] = 0
         with quiet_stdout():
-            return self._guard(k, lambda: self.envs[k].reset(seed=seed))
+            return self._guard(k, lambda: self._finite(
+                k, "observation", self.envs[k].reset(seed=seed)))
 
     def set_seed(self, seed: int) -> List[Tuple[int, str]]:
         """Use ``seed + k`` for env k from now on, and reset all envs with it."""
@@ -155,12 +188,14 @@ class EnvGroup:
         failures = []
         with quiet_stdout():  # PyBullet prints 'argv[0]=' when it connects
             for k, env in self.envs.items():
+                self.episode_steps[k] = 0
                 try:
-                    a["observation"][k] = env.reset(seed=self.seed + k)
+                    a["observation"][k] = self._finite(k, "observation",
+                                                       env.reset(seed=self.seed + k))
                 except Exception:
                     if self.fatal_env_errors:
-                        raise EnvError(self.env_name, k, traceback.format_exc()) from None
-                    failures.append((k, traceback.format_exc()))
+                        raise EnvError(self.env_name, k, _failure_text()) from None
+                    failures.append((k, _failure_text()))
                     a["observation"][k] = self._recreate(k)
         a["terminated"][self.indices] = False
         a["truncated"][self.indices] = False
@@ -174,13 +209,17 @@ class EnvGroup:
             failed = False
             try:
                 o, r, term, trunc, _ = env.step(a["action"][k])
+                self.episode_steps[k] += 1
+                self._finite(k, "reward", r)
+                self._finite(k, "observation", o)
                 if term or trunc:
                     a["final_observation"][k] = o
-                    o = env.reset()
+                    self.episode_steps[k] = 0
+                    o = self._finite(k, "observation", env.reset())
             except Exception:
                 if self.fatal_env_errors:
-                    raise EnvError(self.env_name, k, traceback.format_exc()) from None
-                failures.append((k, traceback.format_exc()))
+                    raise EnvError(self.env_name, k, _failure_text()) from None
+                failures.append((k, _failure_text()))
                 failed = True
                 # Drop the episode: a truncation at the last good observation.
                 a["final_observation"][k] = a["observation"][k]

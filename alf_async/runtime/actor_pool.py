@@ -37,6 +37,12 @@ class ActorPoolError(RuntimeError):
     """Actors failed more often than the restart budget allows (or fatally)."""
 
 
+class ActorStartupError(ActorPoolError):
+    """An actor failed before it was ready (its envs could not be built, a module
+    could not be imported, ...): a failure that would recur, so it is not
+    restarted. The message is the failure's own last line."""
+
+
 @dataclass
 class PoolStats:
     """Counters of a pool, read by the Trainer after each iteration.

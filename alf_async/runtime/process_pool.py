@@ -22,7 +22,7 @@ import numpy as np
 
 from alf_async.runtime import messages
 from alf_async.runtime.actor import ActorLaunch, actor_process_main
-from alf_async.runtime.actor_pool import ActorPoolError, PoolStats
+from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError, PoolStats
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import TrajectorySlots
@@ -31,6 +31,12 @@ from alf_async.settings import TrainerSettings
 from alf_async.utils.process import describe_exit, mp_context, stop_processes
 
 logger = logging.getLogger("alf_async")
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of a traceback: the error itself."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
 
 
 @dataclass
@@ -143,6 +149,10 @@ class ProcessActorPool:
     def restart_actor(self, actor_id: int, reason: str, fatal: bool = False) -> None:
         """Stop actor ``actor_id``, drop its pending batches, start a fresh one."""
         handle = self._handles[actor_id]
+        if not handle.ready:
+            stop_processes([handle.process], grace_s=3.0)
+            handle.conn.close()
+            raise ActorStartupError(f"actor {actor_id} could not start: {_last_line(reason)}")
         message = f"actor {actor_id} (pid {handle.process.pid}) failed: {reason}"
         logger.error(message)
         # Its pending batches live in slots the restarted actor will reuse.
