@@ -137,3 +137,20 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = (),
         except (ValueError, KeyError, SyntaxError, TypeError) as e:
             raise _explain_gin_error(e, f"--gin_param='{binding}'") from None
     return paths
+
+
+_GIN_IMPORT = re.compile(r"^\s*import\s+([A-Za-z_][\w.]*)\s*(?:#.*)?$")
+
+
+def gin_imports(config_text: str) -> List[str]:
+    """Modules a gin config imports (``import my_envs`` lines), in order.
+
+    Processes that never parse the config themselves (env workers) import these
+    so that env ids the modules register exist there too.
+    """
+    modules = []
+    for line in config_text.splitlines():
+        m = _GIN_IMPORT.match(line)
+        if m and m.group(1) not in modules:
+            modules.append(m.group(1))
+    return modules

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from alf_async.envs.gym_env import env_dims, make_env, quiet_stdout
+from alf_async.envs.gym_env import env_dims, import_env_modules, make_env, quiet_stdout
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 from alf_async.utils.process import describe_exit, init_child_process, mp_context
 from alf_async.utils.seeding import derive_seed
@@ -253,7 +253,7 @@ class EnvGroup:
 
 def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: str,
                  indices: List[int], seed: int, max_episode_steps: Optional[int],
-                 fatal_env_errors: bool, parent_pid: int) -> None:
+                 fatal_env_errors: bool, parent_pid: int, env_modules: Sequence[str]) -> None:
     """Entry point of an env-worker process: serve commands until ``CLOSE``.
 
     A request is (EnvCommand, args); the reply is ("ok", failures) or
@@ -264,6 +264,10 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
     group = None
     try:
         try:
+            try:
+                import_env_modules(env_modules)
+            except Exception:
+                raise EnvError(env_name, None, traceback.format_exc()) from None
             group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
                              fatal_env_errors)
             conn.send(("ok", []))
@@ -310,11 +314,14 @@ class BatchedEnv:
             recreating it and dropping its episode.
         worker_timeout_s: a worker that neither answers nor dies within this many
             seconds of a command is treated as dead.
+        env_modules: modules the env-worker processes import before making their
+            envs (modules that register the env id, e.g. a gin config's imports).
     """
 
     def __init__(self, env_name: str, num_envs: int, num_workers: int = 0,
                  seed: int = 0, max_episode_steps: Optional[int] = None,
-                 fatal_env_errors: bool = False, worker_timeout_s: float = 60.0):
+                 fatal_env_errors: bool = False, worker_timeout_s: float = 60.0,
+                 env_modules: Sequence[str] = ()):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= num_workers <= num_envs:
@@ -326,6 +333,8 @@ class BatchedEnv:
         self.seed = seed
         self.fatal_env_errors = fatal_env_errors
         self.worker_timeout_s = worker_timeout_s
+        self.env_modules = tuple(env_modules)
+        import_env_modules(self.env_modules)
         obs_dim, action_dim, limit = env_dims(env_name)
         self.observation_dim = obs_dim
         self.action_dim = action_dim
@@ -366,7 +375,8 @@ class BatchedEnv:
         proc = ctx.Process(
             target=_worker_main, daemon=True, name="alf_async-env-worker",
             args=(child_conn, self._block.name, self._specs, self.env_name, indices, seed,
-                  self._max_episode_steps_override, self.fatal_env_errors, os.getpid()))
+                  self._max_episode_steps_override, self.fatal_env_errors, os.getpid(),
+                  self.env_modules))
         proc.start()
         child_conn.close()
         return _Worker(proc, parent_conn, indices, seed)

@@ -55,11 +55,39 @@ def _register_env_ids() -> None:
             pass
 
 
+def import_env_modules(modules) -> None:
+    """Import modules that register env ids (a user's ``my_envs``); raises
+    ``UnknownEnvError`` naming the module if one cannot be imported."""
+    for module in modules:
+        try:
+            with quiet_stdout():
+                importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001  (ImportError or the module's own error)
+            raise UnknownEnvError(
+                f"module '{module}' cannot be imported ({type(e).__name__}: {e}); it must "
+                "be importable from the working directory or PYTHONPATH") from None
+
+
+def split_env_name(env_name: str) -> Tuple[Optional[str], str]:
+    """'my_envs:MyEnv-v0' -> ('my_envs', 'MyEnv-v0'); 'MyEnv-v0' -> (None, 'MyEnv-v0').
+
+    gymnasium's convention: the module before the colon registers the id.
+    """
+    module, colon, env_id = env_name.partition(":")
+    return (module, env_id) if colon else (None, env_name)
+
+
 def check_env_id(env_name: str) -> None:
-    """Raise ``UnknownEnvError`` naming close matches if ``env_name`` is unknown."""
+    """Raise ``UnknownEnvError`` naming close matches if ``env_name`` is unknown.
+
+    ``env_name`` may name the registering module first (``my_envs:MyEnv-v0``).
+    """
     import gymnasium as gym
 
     _register_env_ids()
+    module, env_name = split_env_name(env_name)
+    if module:
+        import_env_modules([module])
     if env_name in gym.registry:
         return
     import difflib
@@ -121,13 +149,15 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     """Create one env by gymnasium id, with actions in [-1, 1].
 
     Args:
-        env_name: a gymnasium id, e.g. ``InvertedPendulumBulletEnv-v0``.
+        env_name: a gymnasium id, e.g. ``InvertedPendulumBulletEnv-v0``, or
+            ``module:id`` to import the module that registers the id first.
         render_mode: passed to ``gym.make`` (``"rgb_array"`` for video).
         max_episode_steps: override the id's time limit (None keeps it).
     """
     import gymnasium as gym
 
     check_env_id(env_name)
+    env_name = split_env_name(env_name)[1]
     kwargs = {}
     if render_mode is not None:
         kwargs["render_mode"] = render_mode

@@ -22,10 +22,11 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from alf_async.config import gin_imports
 from alf_async.envs.batched_env import BatchedEnv, EnvError
 from alf_async.runtime import messages
 from alf_async.runtime.policy import PolicyFactory
@@ -46,10 +47,13 @@ class Actor:
         policy_factory: ``factory(observation_dim, action_dim, seed) -> Policy``.
         epoch: iteration of the checkpoint the actor's seeds derive from.
         generation: how many times actor i was restarted (seeding).
+        env_modules: modules that register env ids, imported by the env workers
+            too (the gin config's ``import`` lines).
     """
 
     def __init__(self, actor_id: int, settings: TrainerSettings,
-                 policy_factory: PolicyFactory, epoch: int = 0, generation: int = 0):
+                 policy_factory: PolicyFactory, epoch: int = 0, generation: int = 0,
+                 env_modules: Sequence[str] = ()):
         self.actor_id = actor_id
         self.settings = settings
         self.generation = generation
@@ -57,7 +61,7 @@ class Actor:
         self.env = BatchedEnv(s.env_name, s.num_envs, s.num_env_workers,
                               seed=s.env_seed(actor_id, epoch, generation),
                               max_episode_steps=s.max_episode_steps,
-                              fatal_env_errors=s.fatal_env_errors)
+                              fatal_env_errors=s.fatal_env_errors, env_modules=env_modules)
         try:
             self.policy = policy_factory(self.env.observation_dim, self.env.action_dim,
                                          s.policy_seed(actor_id, epoch, generation))
@@ -224,7 +228,7 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
         slots = TrajectorySlots.attach(launch.slots_name, launch.slot_specs)
         store = WeightStore.attach(launch.store_name, launch.store_specs)
         actor = Actor(actor_id, launch.settings, launch.policy_factory, launch.epoch,
-                      generation)
+                      generation, env_modules=gin_imports(launch.gin_config))
         conn.send(messages.ActorReady(actor_id, generation, os.getpid(),
                                       actor.env.worker_pids))
         free = list(launch.slot_indices)

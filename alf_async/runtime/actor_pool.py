@@ -96,8 +96,10 @@ def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
     if settings.backend == "inprocess":
         from alf_async.runtime.inprocess_pool import InProcessActorPool
 
+        from alf_async.config import gin_imports
+
         return InProcessActorPool(settings, policy_factory, observation_dim, action_dim,
-                                  epoch=epoch)
+                                  epoch=epoch, env_modules=gin_imports(gin_config))
     from alf_async.runtime.process_pool import ProcessActorPool
 
     return ProcessActorPool(settings, policy_factory, example_weights, observation_dim,

@@ -7,7 +7,7 @@ through an unroll.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,10 +23,12 @@ class InProcessActorPool:
     """The ``ActorPool`` of ``Trainer.backend = "inprocess"`` (one actor)."""
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
-                 observation_dim: int, action_dim: int, epoch: int = 0):
+                 observation_dim: int, action_dim: int, epoch: int = 0,
+                 env_modules: Sequence[str] = ()):
         self.settings = settings
         self.policy_factory = policy_factory
         self.epoch = epoch
+        self.env_modules = tuple(env_modules)
         self.actor: Optional[Actor] = None
         self.buffer = allocate_trajectory(settings.unroll_length, settings.num_envs,
                                           observation_dim, action_dim)
@@ -36,7 +38,8 @@ class InProcessActorPool:
         self._weights = (version, {k: np.array(v, copy=True) for k, v in arrays.items()})
 
     def start(self) -> None:
-        self.actor = Actor(0, self.settings, self.policy_factory, self.epoch, 0)
+        self.actor = Actor(0, self.settings, self.policy_factory, self.epoch, 0,
+                           env_modules=self.env_modules)
 
     @property
     def pids(self) -> List[int]:
