@@ -124,6 +124,8 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
     assert state["counters"]["iteration"] == 3
     assert state["counters"]["env_steps"] == 3 * STEPS_PER_ITERATION
     assert state["learner"]["iteration"] == 3
+    window = state["episode_window"]["returns"]
+    assert window and lines[-1]["episode_return"] == pytest.approx(sum(window) / len(window))
 
     # -- resume with a larger budget, from the saved config (no --gin_file) ------
     second = train_cmd + [f"--root_dir={root}", "--gin_param=Trainer.num_iterations=5"]
@@ -133,6 +135,9 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
     # 1..5 with env steps 32..160: continued, not restarted; and the saved
     # num_envs=2 / unroll_length=16 were used (the defaults are 8 / 128).
     _check_metrics(lines, 5)
+    # The recent-returns window came back with the checkpoint: no 'return nan'
+    # after a resume; the first resumed row averages old and new episodes.
+    assert lines[3]["episode_return"] is not None
     state = load_checkpoint_file(os.path.join(root, "checkpoints", "ckpt-5.pt"))
     assert state["counters"]["iteration"] == 5
     assert state["counters"]["env_steps"] == 5 * STEPS_PER_ITERATION
