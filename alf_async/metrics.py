@@ -54,7 +54,9 @@ class IterationRecord:
     whose batch was trained on).
     Async: actor_id, queue_length, behaviour_version, behaviour_digest, lag
     (learner version at training minus behaviour_version).
-    Faults: actor_restarts, env_failures, dropped_batches (run totals).
+    Faults and lag: actor_restarts, env_failures, dropped_batches (lost with a
+    failed actor or older than Trainer.max_lag), dropped_env_steps (of batches
+    dropped for lag); totals of this process's run.
     Episodes: episodes_finished (in this batch), episode_return and
     episode_length (means over the recent-episodes window; NaN before any).
     learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
@@ -86,6 +88,7 @@ class IterationRecord:
     actor_restarts: int
     env_failures: int
     dropped_batches: int = 0
+    dropped_env_steps: int = 0
     episode_return: float = NAN
     episode_length: float = NAN
     learner: Dict[str, float] = field(default_factory=dict)

@@ -15,7 +15,8 @@ Groups (by concern):
   slots_per_actor, backend;
 - checkpoints: checkpoint_interval, reseed_at_checkpoints;
 - faults: max_actor_restarts, actor_timeout_s, fatal_env_errors;
-- resources: max_trajectory_memory_gb, learner_num_threads.
+- resources: max_trajectory_memory_gb, learner_num_threads;
+- policy lag: max_lag.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class TrainerSettings:
             whose cores are busy with actors, intra-op threads wait on each other
             (measured here: 15x slower training on 2 busy cores). Raise it for
             large networks trained on the CPU of a machine with spare cores.
+        max_lag: a batch acted by a policy more than this many versions older
+            than the learner is dropped instead of trained on (counted in the
+            metrics as dropped_batches / dropped_env_steps; its env steps do not
+            count towards the budget). None: no cap (lag <= N - 1 anyway with one
+            slot per actor).
     """
 
     gin_name: ClassVar[str] = GIN_NAME
@@ -97,6 +103,7 @@ class TrainerSettings:
     max_trajectory_memory_gb: float = field(default=8.0, metadata=rule(
         "number", low=0, low_open=True))
     learner_num_threads: int = field(default=1, metadata=rule("int", low=0))
+    max_lag: Optional[int] = field(default=None, metadata=rule("int", low=0, optional=True))
 
     def __post_init__(self) -> None:
         validate_fields(self, GIN_NAME)

@@ -91,6 +91,7 @@ class Trainer:
         self.published_digests: Dict[int, int] = {}
         self.pool: Optional[ActorPool] = None
         self.env_failures = 0
+        self.dropped_stale = {"batches": 0, "env_steps": 0}  # by max_lag
         self.last_checkpoint: Optional[str] = None
         self.last_checkpoint_iteration = -1
         self._episode_window: Dict[str, list] = {}
@@ -191,6 +192,8 @@ class Trainer:
             while not self._budget_reached():
                 wait_start = time.monotonic()
                 message, batch = self.pool.next_batch()
+                if self._too_stale(message):
+                    continue
                 with stop.iteration():
                     train_start = time.monotonic()
                     version = int(c["iteration"])
@@ -233,6 +236,16 @@ class Trainer:
                         raise
                     logger.error("the final checkpoint could not be written: %s", e)
 
+    def _too_stale(self, message: BatchReady) -> bool:
+        """Drop (release untrained) a batch older than ``max_lag`` versions."""
+        lag = int(self.counters["iteration"]) - message.version
+        if self.settings.max_lag is None or lag <= self.settings.max_lag:
+            return False
+        self.pool.release(message)
+        self.dropped_stale["batches"] += 1
+        self.dropped_stale["env_steps"] += message.unroll.env_steps
+        return True
+
     def _record(self, message: BatchReady, stats: Dict[str, float], version: int,
                 T: float, learner_wait_s: float, learner_train_s: float) -> IterationRecord:
         s, c, u = self.settings, self.counters, message.unroll
@@ -249,7 +262,8 @@ class Trainer:
             behaviour_version=message.version, behaviour_digest=message.weights_digest,
             lag=version - message.version, episodes_finished=len(u.episodes),
             actor_restarts=pool.restarts, env_failures=self.env_failures,
-            dropped_batches=pool.dropped_batches, learner=dict(stats))
+            dropped_batches=pool.dropped_batches + self.dropped_stale["batches"],
+            dropped_env_steps=self.dropped_stale["env_steps"], learner=dict(stats))
 
     def _report_env_failures(self, message: BatchReady) -> None:
         for env_index, details in message.unroll.env_failures:

@@ -298,3 +298,16 @@ def test_lag_bound_holds_with_a_late_actor(num_actors):
             pool.close()
     assert all(0 <= lag <= num_actors - 1 for lag in lags), (lags, actors)
     assert late in actors
+
+
+def test_max_lag_drops_stale_batches_and_counts_them(tmp_path):
+    """N = 2 gives lag 1 for about half the batches; Trainer.max_lag=0 drops those
+    (released untrained, counted) and trains only on lag-0 batches."""
+    run = run_trainer(tmp_path / "r", num_iterations=6, num_actors=2, max_lag=0)
+    lags = [m["lag"] for m in run.metrics]
+    assert lags == [0] * 6
+    last = run.metrics[-1]
+    assert last["dropped_batches"] > 0
+    assert last["dropped_env_steps"] == last["dropped_batches"] * UNROLL * NUM_ENVS
+    # The budget counts trained env steps only.
+    assert last["env_steps"] == 6 * UNROLL * NUM_ENVS
