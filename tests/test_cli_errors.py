@@ -22,6 +22,7 @@ that an unknown ``--gin_param`` binding and a missing ``include`` raise
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,10 @@ def cli(tmp_path_factory):
     _write(extra / "small_base.gin",
            "include 'ppo_bullet_inverted_pendulum.gin'\n"
            "Trainer.num_envs = 3\nTrainer.unroll_length = 16\n")
+    _write(work / "unclosed.gin", "include 'ppo_bullet_inverted_pendulum.gin'\n"
+                                  "Trainer.unroll_length = (128\n")
+    _write(work / "imports_missing.gin", "import alf_async_no_such_module\n"
+                                         "include 'ppo_bullet_inverted_pendulum.gin'\n")
     root = f"--root_dir={base / 'run'}"
     cases = {
         "param_in_file": (["--gin_file=bad_param.gin", root], None),
@@ -64,7 +69,8 @@ def cli(tmp_path_factory):
         "mini_batch_too_large": ([PENDULUM, root, "--gin_param=Trainer.num_envs=2",
                                   "--gin_param=Trainer.unroll_length=16",
                                   "--gin_param=PPOLearner.mini_batch_size=1000"], None),
-        "missing_root_dir": ([PENDULUM], None),
+        "unclosed_bracket": (["--gin_file=unclosed.gin", root], None),
+        "missing_module": (["--gin_file=imports_missing.gin", root], None),
         "include_chain": (["--gin_file=top.gin", root], str(extra)),
     }
 
@@ -125,9 +131,17 @@ def test_mini_batch_larger_than_batch(cli):
     assert "mini_batch_size" in err and "1000" in err and "32" in err
 
 
-def test_missing_root_dir(cli):
-    err = _user_error(cli["missing_root_dir"])
-    assert "--root_dir" in err
+def test_unclosed_bracket_names_file_and_line(cli):
+    err = _user_error(cli["unclosed_bracket"])
+    assert re.search(r"Syntax error in gin file .*unclosed\.gin, line 3: EOF in multi-line "
+                     r"statement \(an unclosed bracket or string\?\)", err), err
+
+
+def test_import_of_a_missing_module_names_it(cli):
+    err = _user_error(cli["missing_module"])
+    assert re.search(r"gin file .*imports_missing\.gin, line 1 imports a module that cannot "
+                     r"be imported \(ModuleNotFoundError: No module named "
+                     r"'alf_async_no_such_module'\)", err), err
 
 
 def test_include_chain_resolves_through_search_path_on_command_line(cli):

@@ -5,8 +5,9 @@
     python -m alf_async.bin.train --gin_file=F            # a new run in runs/F-<date>-<time>
 
 ``--gin_file`` takes a path or a bare name looked up in the current directory,
-the project's gin_configs/, then $ALF_ASYNC_CONFIG_PATH. ``--gin_param`` adds
-bindings (repeatable). Running again with the same ``--root_dir`` resumes from its
+the project's gin_configs/, the ``--gin_search_path`` folders, then
+$ALF_ASYNC_CONFIG_PATH; an ``include`` resolves first against the including
+file's folder (see alf_async.config). ``--gin_param`` adds bindings (repeatable). Running again with the same ``--root_dir`` resumes from its
 newest checkpoint; without ``--gin_file`` it reuses the run's saved config.
 
 Exit status: 0 done; 2 bad input (configuration, files, a run that cannot start);
@@ -32,13 +33,16 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", None, "gin file(s): a path or a bare name on the "
                           "gin search path")
 flags.DEFINE_multi_string("gin_param", None, "gin binding, e.g. 'Trainer.num_actors=2'")
+flags.DEFINE_multi_string("gin_search_path", None, "a folder searched for gin files and "
+                          "includes after the package's gin_configs/ (repeatable)")
 flags.DEFINE_string("root_dir", None, "run directory (resumed if it exists; default: "
                     "runs/<gin file>-<date>-<time> under the working directory)")
 
 RUN_CONFIG = "config.gin"
 
 
-def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> int:
+def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
+          gin_search_path: Sequence[str] = ()) -> int:
     """Parse the config, train, and return the process exit status."""
     import gin
 
@@ -61,7 +65,8 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
                 "run to resume")
         gin_files = [saved]
     try:
-        parse_config(list(gin_files), list(gin_params))
+        parse_config(list(gin_files), list(gin_params),
+                     extra_search_path=list(gin_search_path))
     except ConfigError as e:
         return user_error(str(e))
     try:
@@ -160,7 +165,8 @@ def main(argv: List[str]) -> None:
               f"\nalf_async: resume it with: python -m alf_async.bin.train "
               f"--root_dir={root_dir}",
               file=sys.stderr, flush=True)
-    sys.exit(train(root_dir, FLAGS.gin_file or [], FLAGS.gin_param or []))
+    sys.exit(train(root_dir, FLAGS.gin_file or [], FLAGS.gin_param or [],
+                   FLAGS.gin_search_path or []))
 
 
 def run_main() -> None:

@@ -29,10 +29,11 @@ class ParameterDoc:
 
 @dataclass
 class ConfigurableDoc:
-    name: str
+    name: str  # the gin name
     module: str
     summary: str
     parameters: List[ParameterDoc]
+    python_name: str = ""  # the class or function, where it differs from the gin name
 
 
 def parse_args_section(docstring: Optional[str]) -> Dict[str, str]:
@@ -109,7 +110,7 @@ def describe(obj: Any, module: str) -> ConfigurableDoc:
     # A class registered under another name (TrainerSettings as "Trainer")
     # says so in its ``gin_name`` attribute.
     return ConfigurableDoc(getattr(obj, "gin_name", obj.__name__), module, first_line(doc),
-                           params)
+                           params, obj.__name__)
 
 
 def collect(modules: Optional[Sequence[str]] = None) -> List[ConfigurableDoc]:
@@ -142,6 +143,15 @@ def render_markdown(docs: Sequence[ConfigurableDoc]) -> str:
         "a gin file (`Trainer.num_envs = 32`) or on the command line "
         "(`--gin_param='Trainer.num_envs=32'`). Parameters without a default are "
         "passed by alf_async itself (e.g. the run directory, the observation size).\n",
+        "## Finding gin files\n",
+        "A `--gin_file` given by name is looked for in the current directory, the "
+        "project's `gin_configs/`, each `--gin_search_path` folder, then each folder of "
+        "`$ALF_ASYNC_CONFIG_PATH`. An `include 'x.gin'` inside a gin file is looked for "
+        "first in the folder of the including file, then in `gin_configs/`, the "
+        "`--gin_search_path` folders and `$ALF_ASYNC_CONFIG_PATH` (not the current "
+        "directory), so a config folder works from any working directory. A run saves "
+        "its bindings, with their `import` lines, as `<root_dir>/config.gin`: resuming "
+        "needs neither the original files nor their folder.\n",
         "## Contents\n",
         "\n".join(f"- [{d.name}](#{_anchor(d.name)}) (`{d.module}`): {d.summary}"
                   for d in docs) + "\n",
@@ -150,7 +160,7 @@ def render_markdown(docs: Sequence[ConfigurableDoc]) -> str:
         rows = [[f"`{p.name}`", f"`{p.annotation}`" if p.annotation else "",
                  f"`{p.default}`" if p.default else "(set by alf_async)", p.description]
                 for p in d.parameters]
-        parts.append(f"## {d.name}\n\n`{d.module}.{d.name}`: {d.summary}\n\n"
+        parts.append(f"## {d.name}\n\n`{d.module}.{d.python_name or d.name}`: {d.summary}\n\n"
                      + markdown_table(["parameter", "type", "default", "description"],
                                       rows))
     return "\n".join(parts)
