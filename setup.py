@@ -35,7 +35,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "alf_async_train=alf_async.bin.train:run_main",
+            "alf-train=alf_async.bin.train:run_main",
+            "alf-sweep=alf_async.bin.sweep:run_main",
+            "alf-eps-report=alf_async.bin.eps_report:run_main",
+            "alf-play=alf_async.bin.play:run_main",
+            "alf-gen-config-docs=alf_async.bin.gen_config_docs:run_main",
+            "alf_async_train=alf_async.bin.train:run_main",  # the 0.1 name
         ],
     },
 )

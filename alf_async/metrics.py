@@ -115,6 +115,19 @@ class IterationRecord:
                    if k not in names and isinstance(v, (int, float, type(None)))}
         return cls(**values, learner=learner)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field or a learner statistic by its metrics-file key (the reporting
+        code's generic access, e.g. ``mean_of(records, "clip_fraction")``)."""
+        if key != "learner" and key in self.__dataclass_fields__:
+            return getattr(self, key)
+        return self.learner.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, KeyError)
+        if value is KeyError:
+            raise KeyError(key)
+        return value
+
     def scalars(self) -> Dict[str, float]:
         """Every finite numeric value by metrics-file key (for TensorBoard)."""
         return {k: v for k, v in self.to_json().items()

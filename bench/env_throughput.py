@@ -30,23 +30,20 @@ Output: one JSON line, e.g.
 {"bench": "env_throughput", "env": ..., "num_envs": 32, "results": [{"W": 0,
 "raw_steps_per_s": ..., "policy_steps_per_s": ..., "ratio": ...}, ...], ...}
 
-Full size:  python bench/env_throughput.py
-Smoke run:  python bench/env_throughput.py --num_envs 4 --workers 0,1 --unroll_length 16 --repeats 1
+Full size:  python -m bench.env_throughput
+Smoke run:  python -m bench.env_throughput --num_envs 4 --workers 0,1 --unroll_length 16 --repeats 1
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import benchlib  # noqa: E402
+from bench import benchlib
 
 logger = logging.getLogger("bench")
 

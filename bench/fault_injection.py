@@ -16,8 +16,8 @@ is the budget's iteration. The report gives how many finished, the restarts and
 env failures seen, per-run wall times, and whether any process or shared-memory
 block of a run was left behind. Target: every run finishes.
 
-    python bench/fault_injection.py               # 10 runs
-    python bench/fault_injection.py --runs 2      # smoke run
+    python -m bench.fault_injection               # 10 runs
+    python -m bench.fault_injection --runs 2      # smoke run
 
 stdout: exactly one JSON line with the figures; logs go to stderr.
 """
@@ -41,8 +41,7 @@ import psutil
 from alf_async.reporting.run_metrics import read_metrics
 from alf_async.utils.shared_memory import block_owner_pid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import benchlib  # noqa: E402
+from bench import benchlib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("fault_injection")

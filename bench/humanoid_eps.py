@@ -25,22 +25,19 @@ Output: one JSON line {"bench": "humanoid_eps", "unroll_length": ..., "rows":
 "async_over_sync": ...}, ...], "runs": [every run's timing summary]}, and a
 markdown table on stderr.
 
-Full size:  python bench/humanoid_eps.py
-Smoke run:  python bench/humanoid_eps.py --num_envs 4,8 --unroll_length 16 --iterations 3 --warmup 1 --gin_param Trainer.num_env_workers=1
+Full size:  python -m bench.humanoid_eps
+Smoke run:  python -m bench.humanoid_eps --num_envs 4,8 --unroll_length 16 --iterations 3 --warmup 1 --gin_param Trainer.num_env_workers=1
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import benchlib  # noqa: E402
+from bench import benchlib
 
 logger = logging.getLogger("bench")
 

@@ -27,9 +27,9 @@ up to nondeterminism of parallel float reductions).
 Output: one JSON line {"bench": "learning", "threshold": ..., "steps_to_threshold":
 ..., "wall_s_to_threshold": ..., "final_return": ..., "pass": ...}.
 
-Full size:  python bench/learning.py                                   (pendulum, ~1-3 min)
-            python bench/learning.py --gin_file ppo_bullet_half_cheetah.gin   (15-30 min)
-Smoke run:  python bench/learning.py --max_env_steps 8192
+Full size:  python -m bench.learning                                   (pendulum, ~1-3 min)
+            python -m bench.learning --gin_file ppo_bullet_half_cheetah.gin   (15-30 min)
+Smoke run:  python -m bench.learning --max_env_steps 8192
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import benchlib  # noqa: E402
+from bench import benchlib
 
 logger = logging.getLogger("bench")
 

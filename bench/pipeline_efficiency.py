@@ -32,22 +32,19 @@ Output: one JSON line {"bench": "pipeline_efficiency", "cpu_count": ...,
 "runs": [{"N": 2, "U": ..., "L": ..., "T": ..., "T_ideal": ..., "efficiency": ...},
 ...]}.
 
-Full size:  python bench/pipeline_efficiency.py
-Smoke run:  python bench/pipeline_efficiency.py --num_envs 4 --num_env_workers 0 --unroll_length 32 --iterations 4 --warmup 1
+Full size:  python -m bench.pipeline_efficiency
+Smoke run:  python -m bench.pipeline_efficiency --num_envs 4 --num_env_workers 0 --unroll_length 32 --iterations 4 --warmup 1
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import benchlib  # noqa: E402
+from bench import benchlib
 
 logger = logging.getLogger("bench")
 

@@ -33,22 +33,19 @@ depend on scheduling; compare ``load_avg_1m`` before trusting them.
 Output: one JSON line {"bench": "sampler_efficiency", ..., "results": [{"W": ...,
 "efficiency": ..., "pass": ...}, ...], "pass": all W passed}.
 
-Full size:  python bench/sampler_efficiency.py
-Smoke run:  python bench/sampler_efficiency.py --num_envs 4 --workers 0,1 --unroll_length 32 --iterations 3 --warmup 1
+Full size:  python -m bench.sampler_efficiency
+Smoke run:  python -m bench.sampler_efficiency --num_envs 4 --workers 0,1 --unroll_length 32 --iterations 3 --warmup 1
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import benchlib  # noqa: E402
+from bench import benchlib
 
 logger = logging.getLogger("bench")
 TARGET = 0.85

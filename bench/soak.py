@@ -16,8 +16,8 @@ At the end the run is stopped like a user does, with SIGINT (Ctrl-C to the
 process group): it must write a final checkpoint, exit with 130 and leave no
 process and no shared-memory block behind.
 
-    python bench/soak.py                       # 20 minutes
-    python bench/soak.py --minutes 2 --warmup_minutes 0.5 --sample_interval_s 15
+    python -m bench.soak                       # 20 minutes
+    python -m bench.soak --minutes 2 --warmup_minutes 0.5 --sample_interval_s 15
 
 stdout: exactly one JSON line with the figures; logs go to stderr.
 """
@@ -40,8 +40,7 @@ import psutil
 from alf_async.reporting.run_metrics import read_metrics
 from alf_async.utils.shared_memory import block_owner_pid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import benchlib  # noqa: E402
+from bench import benchlib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("soak")

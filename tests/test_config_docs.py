@@ -11,7 +11,7 @@ import gin
 import alf_async
 from alf_async.bin.gen_config_docs import default_output, gen_config_docs
 from alf_async.config import CONFIGURABLE_MODULES
-from alf_async.reporting.gin_reference import (
+from alf_async.gin_reference import (
     collect, describe, generate, parse_args_section, render_markdown)
 from conftest import REPO_ROOT
 

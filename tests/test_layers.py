@@ -25,8 +25,9 @@ LAYERS = {
     "algorithms": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5,
     "trainer": 6,
-    "reporting": 7, "sweep": 7, "playback": 7, "gin_reference": 7, "examples": 7,
-    "bin": 8,
+    "reporting": 7, "playback": 7, "examples": 7,
+    "sweep": 8, "gin_reference": 8,
+    "bin": 9,
 }
 
 

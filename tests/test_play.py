@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from alf_async.bin.play import load_policy, play
+from alf_async.bin.play import play
+from alf_async.playback.player import load_policy
 from alf_async.checkpoint import load_checkpoint_file
 from conftest import REPO_ROOT
 

@@ -31,7 +31,7 @@ from alf_async.settings import TrainerSettings
 from scripted_policy import ScriptedPolicy
 from alf_async.runtime.weight_store import WeightStore
 
-from test_reliability_util import (TrainRun, alf_async_log, checkpoint_files,
+from reliability_helpers import (TrainRun, alf_async_log, checkpoint_files,
                                    checkpoint_iteration, small_params)
 
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from alf_async.checkpoint import CheckpointError, Checkpointer
-from test_reliability_util import (TrainRun, alf_async_log, assert_counters_monotonic,
+from reliability_helpers import (TrainRun, alf_async_log, assert_counters_monotonic,
                                    checkpoint_files, checkpoint_iteration, read_metrics,
                                    run_to_end, small_params)
 

@@ -21,7 +21,7 @@ from typing import List, Tuple
 
 import pytest
 
-from test_reliability_util import DEMO_GIN, TrainRun, small_params
+from reliability_helpers import DEMO_GIN, TrainRun, small_params
 
 PARALLEL = 4
 COMMAND_CASES = 9  # the brief's cases first: run through the command

@@ -26,7 +26,7 @@ import pytest
 
 from alf_async.envs.batched_env import BatchedEnv
 from conftest import wait_until
-from test_reliability_util import TrainRun, small_params
+from reliability_helpers import TrainRun, small_params
 
 FAULTY = "AlfAsyncFaultyPendulum-v0"
 EXITING = "AlfAsyncExitingPendulum-v0"

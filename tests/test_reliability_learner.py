@@ -23,7 +23,7 @@ import torch
 
 from alf_async.config import parse_config
 from alf_async.trainer import Trainer
-from test_reliability_util import (DEMO_GIN, TrainRun, checkpoint_files, run_to_end,
+from reliability_helpers import (DEMO_GIN, TrainRun, checkpoint_files, run_to_end,
                                    small_params)
 
 

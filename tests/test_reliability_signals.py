@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from alf_async.utils.shared_memory import list_blocks
-from test_reliability_util import (CHILD_EXIT_S, TrainRun, assert_counters_monotonic,
+from reliability_helpers import (CHILD_EXIT_S, TrainRun, assert_counters_monotonic,
                                    checkpoint_files, checkpoint_iteration, small_params)
 
 LONG = 100000  # iterations: the run only ends through the signal

@@ -13,7 +13,7 @@ import gin
 import pytest
 
 from conftest import REPO_ROOT
-from test_reliability_util import DEMO_GIN, small_params
+from reliability_helpers import DEMO_GIN, small_params
 
 
 def run_cli(args, cwd, timeout=240):

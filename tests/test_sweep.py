@@ -13,10 +13,10 @@ import sys
 import psutil
 import pytest
 
-from alf_async.reporting.grid import (
+from alf_async.sweep.grid import (
     MAX_NAME_LENGTH, SweepSyntaxError, expand_grid, parse_sweep, run_specs,
     sanitize_value, split_top_level)
-from alf_async.reporting.sweep_runner import STATUS_FILE, is_finished, status_of_exit
+from alf_async.sweep.runner import STATUS_FILE, is_finished, status_of_exit
 from conftest import REPO_ROOT, wait_until
 
 SWEEP = [sys.executable, "-m", "alf_async.bin.sweep"]

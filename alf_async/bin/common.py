@@ -61,7 +61,9 @@ def define_run_flags() -> None:
     flags.DEFINE_integer("max_parallel", 1, "runs at a time (> 1 distorts timings)")
     flags.DEFINE_integer("warmup_iterations", None, "iterations skipped when averaging "
                          "T (default: the run's number of actors)")
-    flags.DEFINE_float("return_threshold", None, "report time and env steps to this "
-                       "mean return")
+    flags.DEFINE_float("return_threshold", None, "report env steps and wall time until "
+                       "the mean return of the last 100 episodes first reaches this "
+                       "value (alias: --target_return)")
+    flags.DEFINE_alias("target_return", "return_threshold")
     flags.DEFINE_float("stop_timeout_s", 60.0, "on Ctrl-C, seconds to wait for runs to "
                        "stop before killing them")

@@ -28,13 +28,15 @@ from typing import List, Optional, Sequence
 
 from absl import app, flags
 
+from alf_async.bin.common import ExitCode, define_run_flags
+from alf_async.bin.common import user_error as _user_error
+
 FLAGS = flags.FLAGS
-EXIT_BAD_INPUT = 2
 
 
 def define_flags() -> None:
     """The command's flags (defined at start-up, not import)."""
-    flags.DEFINE_multi_string("gin_file", None, "gin file(s) of the study's runs")
+    define_run_flags()
     flags.DEFINE_string("root_dir", None, "directory of the study's runs (a sweep)")
     flags.DEFINE_list("num_envs", ["32", "48", "96"], "K values (envs per actor)")
     flags.DEFINE_list("num_actors", ["1", "2"], "N values (1 = sync)")
@@ -42,23 +44,14 @@ def define_flags() -> None:
                          "iterations (0: no limit; then set --num_env_steps)")
     flags.DEFINE_integer("num_env_steps", 0, "budget of each run in env steps (0: no "
                          "limit)")
-    flags.DEFINE_multi_string("gin_param", None, "a binding for every run")
-    flags.DEFINE_integer("max_parallel", 1, "runs at a time (> 1 distorts timings)")
     flags.DEFINE_string("from_dir", None, "build the report from the runs under this "
                         "directory instead of running them")
     flags.DEFINE_string("report_dir", None, "where to write the report (default: the "
                         "runs' directory)")
-    flags.DEFINE_integer("warmup_iterations", None, "iterations skipped when averaging "
-                         "T (default: the run's number of actors)")
-    flags.DEFINE_float("return_threshold", None, "report time and env steps to this "
-                       "mean return")
-    flags.DEFINE_float("stop_timeout_s", 60.0, "on Ctrl-C, seconds to wait for runs "
-                       "to stop before killing them")
 
 
 def user_error(message: str) -> int:
-    print(f"alf_async.eps_report: error: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return _user_error(message, command="alf_async.eps_report")
 
 
 def _ints(values: Sequence[str], flag: str, minimum: int) -> List[int]:
@@ -116,7 +109,7 @@ def run_study(root_dir: str, gin_files: Sequence[str], num_envs: Sequence[int],
     status = sweep(root_dir, gin_files, study_sweeps(num_envs, num_actors),
                    budget + list(gin_params), max_parallel, threshold, warmup,
                    stop_timeout_s)
-    if status == EXIT_BAD_INPUT:
+    if status == ExitCode.BAD_INPUT:
         return status
     report_status = report(root_dir, report_dir, warmup, threshold)
     return status or report_status

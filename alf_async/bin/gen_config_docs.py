@@ -33,7 +33,7 @@ def define_flags() -> None:
 
 def gen_config_docs(output: str, check: bool = False) -> int:
     """Write (or check) the reference; returns the exit status."""
-    from alf_async.reporting.gin_reference import generate
+    from alf_async.gin_reference import generate
 
     text = generate()
     if check:

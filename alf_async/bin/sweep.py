@@ -30,7 +30,8 @@ from typing import List, Optional, Sequence
 
 from absl import app, flags
 
-from alf_async.reporting.sweep_runner import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM
+from alf_async.bin.common import ExitCode, define_run_flags
+from alf_async.bin.common import user_error as _user_error
 
 FLAGS = flags.FLAGS
 
@@ -38,24 +39,15 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The command's flags (defined at start-up, not import, to allow importing
     several commands in one process)."""
-    flags.DEFINE_multi_string("gin_file", None, "gin file(s) of every run")
+    define_run_flags()
     flags.DEFINE_multi_string("sweep", None, "a swept binding, e.g. "
                               "'Trainer.num_envs=[32, 64]' (repeatable)")
-    flags.DEFINE_multi_string("gin_param", None, "a binding common to every run")
     flags.DEFINE_string("root_dir", None, "the sweep directory")
-    flags.DEFINE_integer("max_parallel", 1, "runs at a time")
-    flags.DEFINE_float("return_threshold", None, "report time and env steps to this "
-                       "mean return")
-    flags.DEFINE_integer("warmup_iterations", None, "iterations skipped when averaging "
-                         "T (default: the run's number of actors)")
-    flags.DEFINE_float("stop_timeout_s", 60.0, "on Ctrl-C, seconds to wait for runs to "
-                       "stop before killing them")
     flags.DEFINE_bool("dry_run", False, "print the runs and their commands, run nothing")
 
 
 def user_error(message: str) -> int:
-    print(f"alf_async.sweep: error: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return _user_error(message, command="alf_async.sweep")
 
 
 def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
@@ -64,10 +56,10 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
           stop_timeout_s: float = 60.0, dry_run: bool = False) -> int:
     """Run the sweep and print its summary; returns the exit status."""
     from alf_async.config import ConfigError, find_gin_file
-    from alf_async.reporting import sweep_summary
-    from alf_async.reporting.grid import SweepSyntaxError, parse_sweep, run_specs
+    from alf_async.sweep import summary as sweep_summary
+    from alf_async.sweep.grid import SweepSyntaxError, parse_sweep, run_specs
     from alf_async.reporting.machine import describe_machine
-    from alf_async.reporting.sweep_runner import (
+    from alf_async.sweep.runner import (
         MACHINE_FILE, SWEEP_FILE, SweepLockedError, SweepRunner, write_json)
 
     if not gin_files:
@@ -101,7 +93,7 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
     print(sweep_summary.summary_markdown(rows, return_threshold))
     print(f"summary: {md_path} and {csv_path}", file=sys.stderr)
     if runner.stop_signal is not None:
-        return EXIT_SIGINT if runner.stop_signal == signal.SIGINT else EXIT_SIGTERM
+        return ExitCode.SIGINT if runner.stop_signal == signal.SIGINT else ExitCode.SIGTERM
     return 0 if all(o.status == "done" for o in outcomes) else 1
 
 

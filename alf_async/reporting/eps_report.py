@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from alf_async.reporting import plots
+from alf_async.utils.files import write_text
 from alf_async.reporting.eps_study import Cell, make_cells
 from alf_async.reporting.report import MIN_CURVE_POINTS, ReportInput, render_report
 from alf_async.reporting.run_metrics import (
@@ -49,7 +50,8 @@ def _run_setting(run_dirs: List[str], binding: str) -> List[str]:
 
 def _machine(root: str):
     from alf_async.reporting.machine import describe_machine
-    from alf_async.reporting.sweep_runner import MACHINE_FILE, read_json
+    from alf_async.reporting.run_metrics import MACHINE_FILE
+    from alf_async.utils.files import read_json
 
     recorded = read_json(os.path.join(root, MACHINE_FILE))
     if recorded:
@@ -60,7 +62,8 @@ def _machine(root: str):
 
 
 def _title(root: str, envs: List[str]) -> str:
-    from alf_async.reporting.sweep_runner import SWEEP_FILE, read_json
+    from alf_async.reporting.run_metrics import SWEEP_FILE
+    from alf_async.utils.files import read_json
 
     sweep = read_json(os.path.join(root, SWEEP_FILE)) or {}
     files = [os.path.basename(f) for f in sweep.get("gin_files", [])]
@@ -127,8 +130,5 @@ def build_report(root: str, report_dir: Optional[str] = None,
         curve_points=curve_points, warmup=warmup, threshold=threshold,
         generated=time.strftime("on %Y-%m-%d %H:%M"))
     path = os.path.join(report_dir, REPORT_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render_report(data))
-    os.replace(tmp, path)
+    write_text(path, render_report(data))
     return BuiltReport(report=path, plots=written, cells=cells)

@@ -24,13 +24,19 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from alf_async.metrics import IterationRecord
+
+# Files a sweep directory holds beside its runs (written by alf_async.sweep).
+SWEEP_FILE = "sweep.json"  # the sweep's command line and grid
+MACHINE_FILE = "machine.json"  # the machine the runs ran on
+
 METRICS_FILE = "metrics.jsonl"
 
-Record = Dict[str, Any]
+Record = IterationRecord
 
 
 def parse_metrics_lines(lines: Iterable[str]) -> List[Record]:
-    """Records from metrics.jsonl lines, one per iteration, in iteration order.
+    """``IterationRecord``s from metrics.jsonl lines, one per iteration, in order.
 
     Lines that are not JSON objects (a line cut by a crash) are skipped. If an
     iteration appears twice (a run resumed from an older checkpoint), the later
@@ -46,7 +52,7 @@ def parse_metrics_lines(lines: Iterable[str]) -> List[Record]:
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and "iteration" in record:
-            by_iteration[int(record["iteration"])] = record
+            by_iteration[int(record["iteration"])] = IterationRecord.from_json(record)
     return [by_iteration[i] for i in sorted(by_iteration)]
 
 

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import IO, Iterator
+from typing import IO, Iterator, Optional
 
 TEMPORARY_PREFIX = ".tmp-"
 TEMPORARY_SUFFIX = ".partial"
@@ -64,6 +64,16 @@ def write_json(path: str, value: object, fsync: bool = False) -> None:
     with atomic_write(path, "w", fsync=fsync) as f:
         json.dump(value, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def read_json(path: str) -> Optional[dict]:
+    """The JSON object in ``path``, or None if it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 def remove_temporary_files(directory: str) -> None:

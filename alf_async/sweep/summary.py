@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from alf_async.reporting.grid import RunSpec
+from alf_async.sweep.grid import RunSpec
+from alf_async.utils.files import write_text
 from alf_async.reporting.run_metrics import RunSummary, read_metrics, summarize_run
 from alf_async.reporting.tables import (
     MISSING, csv_text, fmt_int, fmt_number, markdown_table)
@@ -100,8 +101,5 @@ def write_summary(root_dir: str, rows: Sequence[SummaryRow],
     paths = (os.path.join(root_dir, SUMMARY_CSV), os.path.join(root_dir, SUMMARY_MD))
     for path, text in zip(paths, (summary_csv(rows, threshold),
                                   summary_markdown(rows, threshold))):
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_text(path, text)
     return paths

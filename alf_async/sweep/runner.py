@@ -36,25 +36,21 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, List, Optional, Sequence
 
-from alf_async.reporting.grid import RunSpec
+from alf_async.reporting.run_metrics import MACHINE_FILE, SWEEP_FILE  # noqa: F401
+from alf_async.sweep.grid import RunSpec
+from alf_async.utils.exit_codes import ExitCode
+from alf_async.utils.files import read_json, write_json
 
 STATUS_FILE = "sweep_run.json"
 OUTPUT_FILE = "train_output.txt"
-SWEEP_FILE = "sweep.json"
-MACHINE_FILE = "machine.json"
 LOCK_FILE = ".sweep.lock"
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 
 
 def status_of_exit(exit_code: int) -> str:
     """done (0), interrupted (Ctrl-C/SIGTERM), killed (by a signal), failed (other)."""
-    if exit_code == EXIT_OK:
+    if exit_code == ExitCode.OK:
         return "done"
-    if exit_code in (EXIT_SIGINT, EXIT_SIGTERM):
+    if exit_code in (ExitCode.SIGINT, ExitCode.SIGTERM):
         return "interrupted"
     if exit_code < 0:
         return "killed"
@@ -75,23 +71,6 @@ class RunOutcome:
 
 class SweepLockedError(RuntimeError):
     """Another sweep is running in the same directory."""
-
-
-def read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        return value if isinstance(value, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path: str, value: object) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def train_arguments(gin_files: Sequence[str], gin_params: Sequence[str]) -> List[str]:

@@ -1,0 +1,1 @@
+"""Watching a trained policy: loading it from a run (player) and recording video."""

@@ -1,0 +1,126 @@
+"""Loading a trained policy from a run directory and playing episodes with it.
+
+``load_policy`` rebuilds the learner from the run's ``config.gin`` and a
+checkpoint and returns the deterministic (mean-action) ``NeuralPolicy``;
+``run_episodes`` plays it on one env rendered off-screen, optionally recording
+frames with a ``VideoWriter`` (playback.video). The ``play`` command
+(alf_async.bin.play) is the command-line front of this module.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+
+class PlayError(ValueError):
+    """A problem with the user's input, explained for the user."""
+
+
+@dataclass
+class Episode:
+    """One episode's result."""
+
+    episode_return: float
+    length: int
+
+
+def find_checkpoint(root_dir: str, checkpoint: Optional[str]) -> Tuple[Dict[str, Any], str]:
+    """(state, path) of the requested checkpoint, or of the newest one."""
+    from alf_async.checkpoint import CheckpointError, Checkpointer, load_checkpoint_file
+
+    directory = os.path.join(root_dir, "checkpoints")
+    try:
+        if checkpoint:
+            path = checkpoint
+            if not os.path.isfile(path) and os.path.isfile(os.path.join(directory, path)):
+                path = os.path.join(directory, path)
+            if not os.path.isfile(path):
+                raise PlayError(f"checkpoint {checkpoint} does not exist")
+            return load_checkpoint_file(path), path
+        if not os.path.isdir(directory) or not Checkpointer(root_dir).list():
+            raise PlayError(f"{root_dir} holds no checkpoint (looked in {directory}); "
+                            "train first, or give --checkpoint")
+        found = Checkpointer(root_dir).load_latest()
+        if found is None:
+            raise PlayError(f"no loadable checkpoint in {directory}")
+        return found
+    except CheckpointError as e:
+        raise PlayError(str(e)) from None
+
+
+def trainer_setting(name: str) -> Any:
+    """The value of ``Trainer.<name>`` in the parsed config (or its default)."""
+    import gin
+
+    from alf_async.settings import TrainerSettings
+
+    try:
+        return gin.query_parameter(f"Trainer.{name}")
+    except ValueError:
+        return TrainerSettings.__dataclass_fields__[name].default
+
+
+def load_policy(root_dir: str, checkpoint: Optional[str]):
+    """(policy, env_name, max_episode_steps, checkpoint path) of a run."""
+    import gin
+
+    from alf_async.algorithms.ppo_learner import PPOLearner
+    from alf_async.config import ConfigError, parse_config
+    from alf_async.envs.gym_env import UnknownEnvError, env_dims
+    from alf_async.algorithms.policy import NeuralPolicy
+
+    if not os.path.isdir(root_dir):
+        raise PlayError(f"run directory {root_dir} does not exist")
+    config = os.path.join(root_dir, "config.gin")
+    if not os.path.isfile(config):
+        raise PlayError(f"{root_dir} holds no config.gin: is it a run directory?")
+    state, path = find_checkpoint(root_dir, checkpoint)
+    try:
+        parse_config([config])
+        gin.bind_parameter("PPOLearner.device", "cpu")
+        env_name = trainer_setting("env_name")
+        observation_dim, action_dim, _ = env_dims(env_name)
+    except (ConfigError, UnknownEnvError) as e:
+        raise PlayError(str(e)) from None
+    learner = PPOLearner(observation_dim, action_dim)
+    try:
+        learner.load_state_dict(state["learner"])
+    except (KeyError, RuntimeError, ValueError) as e:
+        raise PlayError(f"checkpoint {path} does not fit the run's config "
+                        f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    policy = NeuralPolicy(observation_dim, action_dim, deterministic=True)
+    policy.load_weights(learner.weight_arrays())
+    return policy, env_name, trainer_setting("max_episode_steps"), path
+
+
+def _label(index: int, steps: int, total: float) -> str:
+    return f"episode {index + 1}  step {steps}  return {total:.1f}"
+
+
+def run_episodes(policy, env, num_episodes: int, seed: int = 0, writer=None,
+                 overlay: bool = True, report=print) -> List[Episode]:
+    """Run ``num_episodes`` with ``policy`` on ``env``; frames go to ``writer``."""
+    from alf_async.envs.gym_env import quiet_stdout
+
+    episodes = []
+    for index in range(num_episodes):
+        with quiet_stdout():  # pybullet prints when it first renders
+            observation = env.reset(seed=seed + index)
+            frame = env.render() if writer is not None else None
+        total, steps = 0.0, 0
+        if writer is not None:
+            writer.add(frame, _label(index, steps, total) if overlay else None)
+        while True:
+            action, _, _ = policy.act(observation[None])
+            observation, reward, terminated, truncated, _ = env.step(action[0])
+            total += reward
+            steps += 1
+            if writer is not None:
+                writer.add(env.render(), _label(index, steps, total) if overlay else None)
+            if terminated or truncated:
+                break
+        episodes.append(Episode(total, steps))
+        report(f"episode {index + 1}: return {total:.2f}, length {steps}")
+    return episodes
