@@ -31,7 +31,8 @@ import torch
 from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
 from alf_async.checkpoint import Checkpointer
-from alf_async.envs.gym_env import UnknownEnvError, env_dims
+from alf_async.envs.gym_env import UnknownEnvError, env_spec
+from alf_async.envs.spaces import UnsupportedSpaceError
 from alf_async.metrics import IterationRecord, MetricsRecorder
 from alf_async.resources import check_resources
 from alf_async.runtime.actor_pool import ActorPool, ActorPoolError, make_actor_pool
@@ -68,16 +69,17 @@ class Trainer:
             settings = settings.replace(**overrides)
         self.settings = s = settings
         try:
-            self.observation_dim, self.action_dim, _ = env_dims(s.env_name)
-        except UnknownEnvError as e:
+            self.observation_dim, self.action_spec, _ = env_spec(s.env_name)
+        except (UnknownEnvError, UnsupportedSpaceError) as e:
             raise ConfigError(str(e)) from None
         except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
             raise ConfigError(f"the env {s.env_name!r} cannot be created: "
                               f"{type(e).__name__}: {e}") from None
+        self.action_dim = self.action_spec.dim
         check_resources(s, self.observation_dim, self.action_dim)
         if s.learner_num_threads:
             torch.set_num_threads(s.learner_num_threads)
-        self.learner = PPOLearner(self.observation_dim, self.action_dim, seed=s.seed)
+        self.learner = PPOLearner(self.observation_dim, self.action_spec, seed=s.seed)
         try:
             self.learner.check_batch_size(s.unroll_length, s.num_envs)
         except ValueError as e:

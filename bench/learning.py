@@ -15,7 +15,8 @@ iteration. Reported:
 
 The default threshold depends on the env of the config: 950 for
 InvertedPendulumBulletEnv-v0 (maximum 1000), 1000 for HalfCheetahBulletEnv-v0
-(a random policy scores about -1360); other envs need ``--threshold``.
+(a random policy scores about -1360), 475 for CartPole-v1 (maximum 500, the
+solved mark); other envs need ``--threshold``.
 
 ``--stop_at_threshold`` stops the run (SIGTERM: final checkpoint, clean exit) as
 soon as the threshold is reached, to save time. ``--metrics PATH`` analyses an
@@ -28,6 +29,8 @@ Output: one JSON line {"bench": "learning", "threshold": ..., "steps_to_threshol
 ..., "wall_s_to_threshold": ..., "final_return": ..., "pass": ...}.
 
 Full size:  python -m bench.learning                                   (pendulum, ~1-3 min)
+            python -m bench.learning --gin_file ppo_cartpole.gin         (discrete, ~1 min)
+            python -m bench.learning --gin_file async_ppo_cartpole.gin
             python -m bench.learning --gin_file ppo_bullet_half_cheetah.gin   (15-30 min)
 Smoke run:  python -m bench.learning --max_env_steps 8192
 """
@@ -49,6 +52,7 @@ logger = logging.getLogger("bench")
 DEFAULT_THRESHOLDS = {
     "InvertedPendulumBulletEnv-v0": 950.0,
     "HalfCheetahBulletEnv-v0": 1000.0,
+    "CartPole-v1": 475.0,
 }
 
 

@@ -19,8 +19,8 @@ class ScriptedPolicy:
     the last ones it was given in ``last_weights``.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, seed: int = 0):
-        self.action_dim = action_dim
+    def __init__(self, observation_dim: int, action_spec, seed: int = 0):
+        self.action_dim = getattr(action_spec, "dim", action_spec)
         self.step = 0
         self.last_weights: Dict[str, np.ndarray] = {}
 

@@ -22,7 +22,8 @@ CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "gin_
 def test_expected_configs_are_shipped():
     for name in ("ppo_bullet_humanoid.gin", "async_ppo_bullet_humanoid.gin",
                  "ppo_bullet_inverted_pendulum.gin", "async_ppo_bullet_inverted_pendulum.gin",
-                 "ppo_bullet_half_cheetah.gin", "async_ppo_bullet_half_cheetah.gin"):
+                 "ppo_bullet_half_cheetah.gin", "async_ppo_bullet_half_cheetah.gin",
+                 "ppo_cartpole.gin", "async_ppo_cartpole.gin"):
         assert name in CONFIGS
 
 
@@ -54,3 +55,21 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
     assert sync["num_actors"] == 1 and async_["num_actors"] == 2
     assert sync["num_envs"] == 96 and sync["unroll_length"] == 512
     assert sync["env_name"] == "HumanoidBulletEnv-v0"
+
+
+@pytest.mark.parametrize("stem", ["ppo_bullet_inverted_pendulum", "ppo_bullet_half_cheetah",
+                                  "ppo_cartpole"])
+def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
+    values = {}
+    for name in (f"{stem}.gin", f"async_{stem}.gin"):
+        parse_config([name])
+        try:
+            trainer = Trainer(root_dir=str(tmp_path / name))
+            values[name] = dict(trainer.settings.as_dict())
+            values[name].update({f"learner.{k}": v for k, v in vars(trainer.learner).items()
+                                 if isinstance(v, (int, float, str, bool))})
+        finally:
+            gin.clear_config()
+    sync, async_ = values[f"{stem}.gin"], values[f"async_{stem}.gin"]
+    assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors"}
+    assert (sync["num_actors"], async_["num_actors"]) == (1, 2)

@@ -20,7 +20,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(alf_async.__file__))
 LAYERS = {
     "utils": 0,
     "settings": 1, "config": 1,
-    "envs": 2, "networks": 2,
+    "envs": 2, "networks": 3,
     "runtime": 3,
     "algorithms": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5,

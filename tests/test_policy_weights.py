@@ -58,7 +58,7 @@ def test_actor_policy_equals_learner_policy(normalize):
         if normalize:
             x = learner.normalizer.normalize(x)
         want_value = learner.model.predict_value(x).numpy()
-        want_mean = learner.model.actor(x).mean.numpy()
+        want_mean = learner.model.actor(x).mode().numpy()
     np.testing.assert_allclose(policy.value(obs), want_value, rtol=1e-5, atol=1e-5)
     action, _, _ = policy.act(obs)
     np.testing.assert_allclose(action, want_mean, rtol=1e-5, atol=1e-5)

@@ -147,7 +147,7 @@ def recomputed(arrays: Dict[str, np.ndarray], batch: Dict[str, np.ndarray]):
     with torch.no_grad():
         x = policy._obs(obs.reshape(T * K, O))
         log_prob = policy.model.actor(x).log_prob(
-            torch.from_numpy(batch["action"].reshape(T * K, -1))).sum(-1)
+            torch.from_numpy(batch["action"].reshape(T * K, -1)))
         value = policy.model.predict_value(x)
     return log_prob.numpy().reshape(T, K), value.numpy().reshape(T, K)
 

@@ -8,12 +8,13 @@ the Trainer hands the class to the actor pool as the actors' policy factory.
 
 from __future__ import annotations
 
-from typing import Mapping, Tuple
+from typing import Mapping, Tuple, Union
 
 import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.envs.spaces import ActionSpec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import unpack_weights
 
@@ -22,7 +23,8 @@ class NeuralPolicy:
     """The actor-critic with the learner's normalizer, sampling on the CPU.
 
     Args:
-        observation_dim, action_dim: O and A.
+        observation_dim: O.
+        action_spec: the env's action space (an integer A: A continuous dimensions).
         seed: seeds the action-sampling generator.
         deterministic: act with the distribution's mean (for evaluation).
 
@@ -31,9 +33,9 @@ class NeuralPolicy:
     networks see the raw observations, as the learner's do.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, seed: int = 0,
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int], seed: int = 0,
                  deterministic: bool = False):
-        self.model = ActorCritic(observation_dim, action_dim)
+        self.model = ActorCritic(observation_dim, action_spec)
         self.model.eval()
         self.normalizer = RunningNormalizer(observation_dim)
         self.normalize = False

@@ -14,7 +14,7 @@ actors receive.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Union
 
 import gin
 import numpy as np
@@ -23,6 +23,7 @@ import torch
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.value_ops import explained_variance, generalized_advantage_estimation
+from alf_async.envs.spaces import ActionSpec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.validation import check
@@ -38,7 +39,8 @@ class PPOLearner:
 
     Args:
         observation_dim: O.
-        action_dim: A.
+        action_spec: the env's action space (``envs.spaces.ActionSpec``; an
+            integer A means A continuous dimensions).
         num_epochs: passes over the batch per training iteration.
         mini_batch_size: samples per gradient step (<= T * K). Each pass uses
             floor(T * K / mini_batch_size) minibatches; the remainder of the
@@ -64,7 +66,8 @@ class PPOLearner:
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, num_epochs: int = 20,
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
+                 num_epochs: int = 20,
                  mini_batch_size: int = 4096, learning_rate: float = 3e-4,
                  adam_epsilon: float = 1e-5, max_grad_norm: float = 0.5,
                  clip_ratio: float = 0.2, value_loss_weight: float = 0.5,
@@ -104,7 +107,7 @@ class PPOLearner:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         torch.manual_seed(seed)
-        self.model = ActorCritic(observation_dim, action_dim).to(self.device)
+        self.model = ActorCritic(observation_dim, action_spec).to(self.device)
         self.normalizer = RunningNormalizer(observation_dim)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate,
                                           eps=adam_epsilon)
@@ -164,9 +167,9 @@ class PPOLearner:
             for start in range(0, n - mb + 1, mb):
                 idx = order[start:start + mb]
                 dist = self.model.actor(obs[idx])
-                out = ppo_loss(dist.log_prob(action[idx]).sum(-1), old_log_prob[idx],
+                out = ppo_loss(dist.log_prob(action[idx]), old_log_prob[idx],
                                advantages[idx], self.model.value(obs[idx]), returns[idx],
-                               dist.entropy().sum(-1), self.clip_ratio,
+                               dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages)
                 self.optimizer.zero_grad(set_to_none=True)
@@ -201,7 +204,9 @@ class PPOLearner:
         stats = {k: v / max(steps - skipped, 1) for k, v in totals.items()}
         stats["skipped_updates"] = float(skipped)
         stats["explained_variance"] = explained_variance(t["value"].reshape(n), returns)
-        stats["action_std"] = float(self.model.actor.log_std.detach().exp().mean())
+        action_std = self.model.actor.action_std()
+        if action_std is not None:
+            stats["action_std"] = action_std
         stats["gradient_steps"] = float(steps - skipped)
         self.iteration += 1
         return stats

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from alf_async.envs.gym_env import env_dims, import_env_modules, make_env, quiet_stdout
+from alf_async.envs.gym_env import env_spec, import_env_modules, make_env, quiet_stdout
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 from alf_async.utils.process import describe_exit, init_child_process, mp_context
 from alf_async.utils.seeding import derive_seed
@@ -335,7 +335,8 @@ class BatchedEnv:
         self.worker_timeout_s = worker_timeout_s
         self.env_modules = tuple(env_modules)
         import_env_modules(self.env_modules)
-        obs_dim, action_dim, limit = env_dims(env_name)
+        obs_dim, self.action_spec, limit = env_spec(env_name)
+        action_dim = self.action_spec.dim
         self.observation_dim = obs_dim
         self.action_dim = action_dim
         self.max_episode_steps = max_episode_steps or limit

@@ -1,8 +1,8 @@
 """Creating single gymnasium environments by id.
 
 ``make_env(env_name)`` returns a gymnasium env whose observations are flat float32
-vectors and whose actions live in [-1, 1]^A (scaled affinely to the env's own
-bounds). PyBullet ids (``HumanoidBulletEnv-v0``, ...) are registered by importing
+vectors and whose actions are stored rows (``envs.spaces``): continuous actions in
+[-1, 1]^A (scaled affinely to the env's own bounds), discrete ones as indices. PyBullet ids (``HumanoidBulletEnv-v0``, ...) are registered by importing
 ``pybullet_envs_gymnasium`` on demand. Termination and time-limit truncation are
 left exactly as gymnasium reports them.
 """
@@ -15,6 +15,8 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+
+from alf_async.envs.spaces import DISCRETE, ActionSpec, action_spec, needs_flattening
 
 # Modules imported before an id lookup so that their env ids are registered.
 _REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection")
@@ -100,27 +102,29 @@ def check_env_id(env_name: str) -> None:
         f"{hint}")
 
 
-class UnitActionWrapper:
-    """Wraps a gymnasium env so that actions are given in [-1, 1]^A.
+class EnvAdapter:
+    """A gymnasium env as alf_async steps it: flat float32 observations and
+    actions given as stored rows (see ``envs.spaces``).
 
-    Actions outside [-1, 1] are clipped before being mapped to the env's box.
-    Observations are returned as flat float32 arrays.
+    Continuous actions come in [-1, 1]^A (clipped) and are mapped to the env's
+    box; discrete actions come as choice indices (rounded and clipped to
+    [0, n-1]) and are shifted by the space's ``start``. Non-Box observations are
+    flattened by gymnasium's ``FlattenObservation``.
     """
 
     def __init__(self, env: Any):
         import gymnasium as gym
 
+        name = f"env {env.spec.id if env.spec else env}"
+        if needs_flattening(env.observation_space, name):
+            env = gym.wrappers.FlattenObservation(env)
         self.env = env
         space = env.action_space
-        if not isinstance(space, gym.spaces.Box):
-            raise ValueError(
-                f"env {env.spec.id if env.spec else env} has action space {space}; "
-                "alf_async's PPO needs a continuous Box action space")
-        self._low = space.low.astype(np.float64)
-        self._high = space.high.astype(np.float64)
-        if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
-            raise ValueError(f"action space {space} must be bounded to map it to [-1, 1]")
-        self.action_dim = int(np.prod(space.shape))
+        self.action_spec = action_spec(space, name)
+        self.action_dim = self.action_spec.dim
+        if not self.action_spec.discrete:
+            self._low = space.low.astype(np.float64)
+            self._high = space.high.astype(np.float64)
         self.observation_dim = int(np.prod(env.observation_space.shape))
         spec = getattr(env, "spec", None)
         self.max_episode_steps = getattr(spec, "max_episode_steps", None)
@@ -129,11 +133,20 @@ class UnitActionWrapper:
         obs, _ = self.env.reset(seed=seed)
         return np.asarray(obs, dtype=np.float32).reshape(-1)
 
-    def step(self, action: np.ndarray) -> Tuple[np.ndarray, float, bool, bool, Dict]:
+    def env_action(self, action: np.ndarray) -> Any:
+        """A stored action row [dim] as the env's action."""
+        spec = self.action_spec
+        if spec.discrete:
+            index = np.clip(np.rint(np.asarray(action, np.float64)).astype(np.int64), 0,
+                            np.asarray(spec.nvec) - 1) + np.asarray(spec.start)
+            return int(index[0]) if spec.kind == DISCRETE else index
         unit = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
         scaled = self._low + (unit + 1.0) * 0.5 * (self._high - self._low)
-        obs, reward, terminated, truncated, info = self.env.step(
-            scaled.reshape(self.env.action_space.shape).astype(self.env.action_space.dtype))
+        space = self.env.action_space
+        return scaled.reshape(space.shape).astype(space.dtype)
+
+    def step(self, action: np.ndarray) -> Tuple[np.ndarray, float, bool, bool, Dict]:
+        obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
         return (np.asarray(obs, dtype=np.float32).reshape(-1), float(reward),
                 bool(terminated), bool(truncated), info)
 
@@ -145,8 +158,8 @@ class UnitActionWrapper:
 
 
 def make_env(env_name: str, render_mode: Optional[str] = None,
-             max_episode_steps: Optional[int] = None) -> UnitActionWrapper:
-    """Create one env by gymnasium id, with actions in [-1, 1].
+             max_episode_steps: Optional[int] = None) -> EnvAdapter:
+    """Create one env by gymnasium id, adapted to alf_async (``EnvAdapter``).
 
     Args:
         env_name: a gymnasium id, e.g. ``InvertedPendulumBulletEnv-v0``, or
@@ -165,13 +178,24 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
         kwargs["max_episode_steps"] = max_episode_steps
     with quiet_stdout():
         env = gym.make(env_name, **kwargs)
-    return UnitActionWrapper(env)
+    try:
+        return EnvAdapter(env)
+    except BaseException:
+        env.close()
+        raise
+
+
+def env_spec(env_name: str) -> Tuple[int, ActionSpec, Optional[int]]:
+    """(observation_dim, ActionSpec, max_episode_steps) of an env id."""
+    env = make_env(env_name)
+    try:
+        return env.observation_dim, env.action_spec, env.max_episode_steps
+    finally:
+        env.close()
 
 
 def env_dims(env_name: str) -> Tuple[int, int, Optional[int]]:
-    """(observation_dim, action_dim, max_episode_steps) of an env id."""
-    env = make_env(env_name)
-    try:
-        return env.observation_dim, env.action_dim, env.max_episode_steps
-    finally:
-        env.close()
+    """(observation_dim, action_dim, max_episode_steps) of an env id; action_dim is
+    the width of a stored action row (``ActionSpec.dim``)."""
+    observation_dim, spec, limit = env_spec(env_name)
+    return observation_dim, spec.dim, limit

@@ -1,22 +1,34 @@
-"""Actor and value networks (ALF's humanoid defaults).
+"""Actor and value networks (ALF's humanoid defaults), for any supported action space.
 
-Actor: an MLP of ``hidden_sizes`` with ``activation``, then a linear layer giving
-the mean of a diagonal Normal over actions; its log standard deviation is a learned
-parameter independent of the state (initial std ``initial_std``). The mean layer's
-weights start small (scaled by ``mean_init_scale``) so that the first policy acts
-near zero. Value: an MLP of ``hidden_sizes`` with ``activation`` and a scalar head.
+Actor: an MLP of ``hidden_sizes`` with ``activation``, then a head chosen by the
+action space (``envs.spaces.ActionSpec``):
 
-Shapes: B = batch (any leading dims), O = observation_dim, A = action_dim.
+- continuous: a linear layer giving the mean of a diagonal Normal whose log
+  standard deviation is a learned parameter independent of the state (initial
+  std ``initial_std``); the mean layer's weights start small (``mean_init_scale``)
+  so that the first policy acts near zero;
+- discrete / multi-discrete: a linear layer giving the logits of one Categorical
+  per action dimension (sum(nvec) logits), started small likewise (near-uniform).
+
+Both return an ``ActionDistribution``: ``log_prob(action)`` and ``entropy()``
+summed over action dimensions ([B]), ``sample(generator)`` and ``mode()`` as
+stored action rows [B, dim] (float32; choice indices for discrete spaces).
+
+Value: an MLP of ``hidden_sizes`` with ``activation`` and a scalar head.
+
+Shapes: B = batch, O = observation_dim, A = the stored action width.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import gin
 import torch
 import torch.nn as nn
+
+from alf_async.envs.spaces import ActionSpec, as_action_spec
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -37,40 +49,103 @@ def mlp(input_dim: int, hidden_sizes: Sequence[int], activation: str) -> Tuple[n
     return nn.Sequential(*layers), size
 
 
+class NormalDistribution:
+    """A diagonal Normal over A continuous action dimensions (loc, scale [B, A])."""
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor):
+        self.normal = torch.distributions.Normal(loc, scale)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """action [B, A] -> log-density [B] (summed over dimensions)."""
+        return self.normal.log_prob(action).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return self.normal.entropy().sum(-1)
+
+    def sample(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return torch.normal(self.normal.loc, self.normal.scale, generator=generator)
+
+    def mode(self) -> torch.Tensor:
+        return self.normal.loc
+
+
+class CategoricalDistribution:
+    """Independent Categoricals, one per action dimension (logits [B, sum(nvec)])."""
+
+    def __init__(self, logits: torch.Tensor, nvec: Sequence[int]):
+        self.log_probs = [torch.log_softmax(part, dim=-1)
+                          for part in torch.split(logits, list(nvec), dim=-1)]
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """action [B, D] (choice indices as floats) -> log-probability [B]."""
+        index = action.long()
+        return sum(lp.gather(-1, index[:, d:d + 1]).squeeze(-1)
+                   for d, lp in enumerate(self.log_probs))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(-(lp.exp() * lp).sum(-1) for lp in self.log_probs)
+
+    def sample(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return torch.stack([torch.multinomial(lp.exp(), 1, generator=generator).squeeze(-1)
+                            for lp in self.log_probs], dim=-1).float()
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([lp.argmax(-1) for lp in self.log_probs], dim=-1).float()
+
+
+ActionDistribution = Union[NormalDistribution, CategoricalDistribution]
+
+
 @gin.configurable
 class ActorNetwork(nn.Module):
-    """Diagonal Normal policy with a state-independent learned log-std.
+    """Policy network: a diagonal Normal with a state-independent learned log-std
+    for continuous actions, Categoricals for discrete ones.
 
     Args:
         observation_dim: O.
-        action_dim: A.
+        action_spec: the env's action space (an integer A means A continuous
+            dimensions).
         hidden_sizes: sizes of the hidden layers.
         activation: one of tanh, relu, elu, silu.
-        initial_std: standard deviation of the initial policy.
-        mean_init_scale: the mean layer's orthogonal init gain (small: mean ~ 0).
-        min_log_std, max_log_std: bounds applied to the log-std.
+        initial_std: standard deviation of the initial policy (continuous).
+        mean_init_scale: the output layer's orthogonal init gain (small: the first
+            policy acts near zero, or near uniformly for discrete actions).
+        min_log_std, max_log_std: bounds applied to the log-std (continuous).
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
                  hidden_sizes: Sequence[int] = (32, 32, 32), activation: str = "tanh",
                  initial_std: float = 1.0, mean_init_scale: float = 0.01,
                  min_log_std: float = -5.0, max_log_std: float = 2.0):
         super().__init__()
         if initial_std <= 0:
             raise ValueError(f"initial_std must be > 0, got {initial_std}")
+        self.action_spec = spec = as_action_spec(action_spec)
         self.body, size = mlp(observation_dim, hidden_sizes, activation)
-        self.mean = nn.Linear(size, action_dim)
+        outputs = sum(spec.nvec) if spec.discrete else spec.dim
+        # ``mean`` (the name checkpoints know) holds the logits for discrete actions.
+        self.mean = nn.Linear(size, outputs)
         nn.init.orthogonal_(self.mean.weight, gain=mean_init_scale)
         nn.init.zeros_(self.mean.bias)
-        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(initial_std)))
+        if not spec.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.dim,), math.log(initial_std)))
         self.min_log_std = min_log_std
         self.max_log_std = max_log_std
 
-    def forward(self, observation: torch.Tensor) -> torch.distributions.Normal:
-        """observation [B, O] (normalized) -> Normal with loc/scale [B, A]."""
-        mean = self.mean(self.body(observation))
+    def forward(self, observation: torch.Tensor) -> ActionDistribution:
+        """observation [B, O] (normalized) -> the action distribution."""
+        out = self.mean(self.body(observation))
+        if self.action_spec.discrete:
+            return CategoricalDistribution(out, self.action_spec.nvec)
         log_std = self.log_std.clamp(self.min_log_std, self.max_log_std)
-        return torch.distributions.Normal(mean, log_std.exp().expand_as(mean))
+        return NormalDistribution(out, log_std.exp().expand_as(out))
+
+    def action_std(self) -> Optional[float]:
+        """Mean standard deviation of a continuous policy (None for discrete)."""
+        if self.action_spec.discrete:
+            return None
+        return float(self.log_std.detach().clamp(self.min_log_std, self.max_log_std)
+                     .exp().mean())
 
 
 @gin.configurable
@@ -102,11 +177,11 @@ class ActorCritic(nn.Module):
     Its ``state_dict`` is what the learner publishes to actors and checkpoints.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int):
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int]):
         super().__init__()
         self.observation_dim = observation_dim
-        self.action_dim = action_dim
-        self.actor = ActorNetwork(observation_dim, action_dim)
+        self.action_spec = as_action_spec(action_spec)
+        self.actor = ActorNetwork(observation_dim, self.action_spec)
         self.value = ValueNetwork(observation_dim)
 
     @torch.no_grad()
@@ -114,15 +189,13 @@ class ActorCritic(nn.Module):
             deterministic: bool = False):
         """Sample actions for normalized observations [K, O].
 
-        Returns (action [K, A], log_prob [K], value [K]); with ``deterministic``
-        the action is the distribution's mean.
+        Returns (action [K, A] stored rows, log_prob [K], value [K]); with
+        ``deterministic`` the action is the distribution's mode (the mean of a
+        Normal, the most likely choice of a Categorical).
         """
         dist = self.actor(observation)
-        if deterministic:
-            action = dist.mean
-        else:
-            action = torch.normal(dist.loc, dist.scale, generator=generator)
-        return action, dist.log_prob(action).sum(-1), self.value(observation)
+        action = dist.mode() if deterministic else dist.sample(generator)
+        return action, dist.log_prob(action), self.value(observation)
 
     @torch.no_grad()
     def predict_value(self, observation: torch.Tensor) -> torch.Tensor:

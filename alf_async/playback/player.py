@@ -68,7 +68,8 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
 
     from alf_async.algorithms.ppo_learner import PPOLearner
     from alf_async.config import ConfigError, parse_config
-    from alf_async.envs.gym_env import UnknownEnvError, env_dims
+    from alf_async.envs.gym_env import UnknownEnvError, env_spec
+    from alf_async.envs.spaces import UnsupportedSpaceError
     from alf_async.algorithms.policy import NeuralPolicy
 
     if not os.path.isdir(root_dir):
@@ -81,16 +82,16 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
         parse_config([config])
         gin.bind_parameter("PPOLearner.device", "cpu")
         env_name = trainer_setting("env_name")
-        observation_dim, action_dim, _ = env_dims(env_name)
-    except (ConfigError, UnknownEnvError) as e:
+        observation_dim, action_spec, _ = env_spec(env_name)
+    except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
         raise PlayError(str(e)) from None
-    learner = PPOLearner(observation_dim, action_dim)
+    learner = PPOLearner(observation_dim, action_spec)
     try:
         learner.load_state_dict(state["learner"])
     except (KeyError, RuntimeError, ValueError) as e:
         raise PlayError(f"checkpoint {path} does not fit the run's config "
                         f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    policy = NeuralPolicy(observation_dim, action_dim, deterministic=True)
+    policy = NeuralPolicy(observation_dim, action_spec, deterministic=True)
     policy.load_weights(learner.weight_arrays())
     return policy, env_name, trainer_setting("max_episode_steps"), path
 

@@ -63,7 +63,7 @@ class Actor:
                               max_episode_steps=s.max_episode_steps,
                               fatal_env_errors=s.fatal_env_errors, env_modules=env_modules)
         try:
-            self.policy = policy_factory(self.env.observation_dim, self.env.action_dim,
+            self.policy = policy_factory(self.env.observation_dim, self.env.action_spec,
                                          s.policy_seed(actor_id, epoch, generation))
             self.version = -1
             self.digest = 0
