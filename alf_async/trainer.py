@@ -199,7 +199,7 @@ class Trainer:
                 with stop.iteration():
                     train_start = time.monotonic()
                     version = int(c["iteration"])
-                    stats = self.learner.train(batch)
+                    stats = self.learner.train(batch, message.version)
                     c["iteration"] += 1
                     self._publish()
                     checkpoint_now = c["iteration"] % s.checkpoint_interval == 0

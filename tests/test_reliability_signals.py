@@ -172,3 +172,25 @@ def test_sigkill_then_resume(tmp_path, target, moment):
         assert state["counters"]["env_steps"] == by_iteration[it]["env_steps"], where
     assert not [n for n in os.listdir(os.path.join(root, "checkpoints"))
                 if not n.startswith("ckpt-")], "temporary files left in checkpoints/"
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_before_the_first_iteration_says_nothing_was_saved(tmp_path):
+    """An unroll of 4000 steps keeps iteration 1 from finishing for seconds: a
+    Ctrl-C then must not claim a checkpoint, and none may exist."""
+    root = str(tmp_path / "run")
+    params = small_params("Trainer.unroll_length=4000", "PPOLearner.mini_batch_size=64",
+                          iterations=3)
+    with TrainRun(root, params) as run:
+        run.wait_for(lambda: "starting 1 actor(s)" in run.output(), 120, "the start")
+        run.wait_for(lambda: run.actors(), 30, "the actor")
+        time.sleep(1.0)
+        run.signal_group(signal.SIGINT)
+        rc = run.wait(60)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 130, out[-3000:]
+    assert "interrupted by Ctrl-C at iteration 0; no checkpoint was written (no training " \
+           "iteration had finished)" in out, out[-3000:]
+    assert "final checkpoint written" not in out
+    assert checkpoint_files(root) == []

@@ -114,9 +114,9 @@ def run_trainer(root_dir, num_iterations=6, capture=False, **kwargs) -> Run:
         if capture:
             train, publish = PPOLearner.train, WeightStore.publish
 
-            def capturing_train(self, batch):
+            def capturing_train(self, batch, *args, **kwargs):
                 batches.append({k: np.array(v, copy=True) for k, v in batch.items()})
-                return train(self, batch)
+                return train(self, batch, *args, **kwargs)
 
             def recording_publish(self, arrays, version):
                 published[version] = {k: np.array(v, copy=True) for k, v in arrays.items()}

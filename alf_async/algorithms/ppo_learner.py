@@ -14,7 +14,7 @@ actors receive.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Union
+from typing import Dict, Mapping, Optional, Union
 
 import gin
 import numpy as np
@@ -22,11 +22,12 @@ import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
-from alf_async.algorithms.value_ops import explained_variance, generalized_advantage_estimation
+from alf_async.algorithms.value_ops import (explained_variance,
+                                            generalized_advantage_estimation, vtrace)
 from alf_async.envs.spaces import ActionSpec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
-from alf_async.utils.validation import check
+from alf_async.utils.validation import ConfigError, check
 
 
 class NonFiniteError(FloatingPointError):
@@ -63,6 +64,26 @@ class PPOLearner:
             infinite is skipped (never applied) and counted (``skipped_updates``
             in the metrics); more than this many in a row stop the run with
             ``NonFiniteError``.
+        lag_correction: how a batch acted by an older policy (lag) is corrected:
+            "none" (PPO2: the clip is centred on the behaviour policy mu);
+            "decoupled" (Hilton et al. 2021: the clip is centred on the proximal
+            policy, the learner's weights at the start of the iteration, and the
+            loss is weighted by min(pi_prox / mu, rho_bar)); "vtrace" (value
+            targets and advantages from V-trace with rho_bar and c_bar, and the
+            decoupled policy step). On-policy data gives PPO2 in every mode.
+        rho_bar: truncation of the importance weights (decoupled and vtrace).
+        c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
+        recompute_values: recompute V(s_t) of the batch with the learner's current
+            value network before computing advantages (the behaviour values of a
+            stale batch come from an older network). The bootstrap and
+            truncation values stay the actor's (their observations are not in
+            the batch).
+        observation_stats: which observation statistics normalize a batch:
+            "updated" (the statistics after adding the batch, as before) or
+            "behaviour" (the statistics the acting policy used, kept per
+            published version, so the ratio compares the policies on the same
+            inputs; falls back to the current statistics for versions published
+            before a resume).
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
@@ -74,7 +95,10 @@ class PPOLearner:
                  entropy_coef: float = 1e-2, gamma: float = 0.99,
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
-                 device: str = "cpu", max_skipped_updates: int = 10, seed: int = 0):
+                 device: str = "cpu", max_skipped_updates: int = 10,
+                 lag_correction: str = "none", rho_bar: float = 1.0, c_bar: float = 1.0,
+                 recompute_values: bool = False, observation_stats: str = "updated",
+                 seed: int = 0):
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
                 ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
@@ -87,9 +111,19 @@ class PPOLearner:
                 ("gae_lambda", gae_lambda, "number", dict(low=0, high=1)),
                 ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
                 ("max_skipped_updates", max_skipped_updates, "int", dict(low=0)),
+                ("lag_correction", lag_correction, "choice",
+                 dict(choices=("none", "decoupled", "vtrace"))),
+                ("rho_bar", rho_bar, "number", dict(low=0, low_open=True)),
+                ("c_bar", c_bar, "number", dict(low=0, low_open=True)),
+                ("recompute_values", recompute_values, "bool", {}),
+                ("observation_stats", observation_stats, "choice",
+                 dict(choices=("updated", "behaviour"))),
                 ("normalize_advantages", normalize_advantages, "bool", {}),
                 ("normalize_observations", normalize_observations, "bool", {})):
             check("PPOLearner", name, value, kind, **bounds)
+        if c_bar > rho_bar:
+            raise ConfigError(f"PPOLearner.c_bar={c_bar} must not exceed "
+                              f"PPOLearner.rho_bar={rho_bar} (V-trace needs c_bar <= rho_bar)")
         self.num_epochs = int(num_epochs)
         self.mini_batch_size = int(mini_batch_size)
         self.max_grad_norm = max_grad_norm
@@ -102,6 +136,13 @@ class PPOLearner:
         self.normalize_observations = normalize_observations
         self.reward_scale = reward_scale
         self.max_skipped_updates = int(max_skipped_updates)
+        self.lag_correction = lag_correction
+        self.rho_bar = float(rho_bar)
+        self.c_bar = float(c_bar)
+        self.recompute_values = recompute_values
+        self.observation_stats = observation_stats
+        # version -> normalizer statistics published with it ("behaviour" stats)
+        self._published_stats: Dict[int, Dict[str, np.ndarray]] = {}
         self._consecutive_skips = 0
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -131,33 +172,66 @@ class PPOLearner:
         groups = {"param": self.model.state_dict()}
         if self.normalize_observations:
             groups["normalizer"] = self.normalizer.state_arrays()
+            if self.observation_stats == "behaviour":
+                self._published_stats[self.iteration] = groups["normalizer"]
+                for old in [v for v in self._published_stats if v < self.iteration - 64]:
+                    del self._published_stats[old]
         return pack_weights(groups)
 
-    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.normalizer.normalize(obs) if self.normalize_observations else obs
+    def _normalized_batch(self, raw: np.ndarray, obs: torch.Tensor,
+                          behaviour_version: Optional[int]) -> torch.Tensor:
+        """The batch's observations [T, K, O] as the networks are trained on them;
+        adds the batch to the running statistics."""
+        if not self.normalize_observations:
+            return obs
+        stats = None
+        if self.observation_stats == "behaviour" and behaviour_version is not None:
+            stats = self._published_stats.get(behaviour_version)
+        self.normalizer.update(raw)
+        if stats is None:
+            return self.normalizer.normalize(obs)
+        acting = RunningNormalizer(self.normalizer.dim, self.normalizer.clip,
+                                   self.normalizer.epsilon)
+        acting.load_state_arrays(stats)
+        return acting.normalize(obs)
 
-    def train(self, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:
+    def train(self, batch: Mapping[str, np.ndarray],
+              behaviour_version: Optional[int] = None) -> Dict[str, float]:
         """One training iteration on a trajectory batch.
 
         Args:
             batch: arrays of one actor's unroll: observation [T, K, O], action
                 [T, K, A], reward/terminated/truncated/log_prob/value/
                 truncation_value [T, K], bootstrap_value [K].
+            behaviour_version: the weight version that acted (for
+                ``observation_stats = "behaviour"``).
         Returns:
             Scalar statistics averaged over the gradient steps.
         """
         dev = self.device
         t = {k: torch.as_tensor(np.asarray(v)).to(dev) for k, v in batch.items()}
         T, K = t["reward"].shape
-        if self.normalize_observations:
-            self.normalizer.update(np.asarray(batch["observation"]))
-        advantages, returns = generalized_advantage_estimation(
-            t["reward"] * self.reward_scale, t["value"], t["terminated"], t["truncated"],
-            t["truncation_value"], t["bootstrap_value"], self.gamma, self.gae_lambda)
         n = T * K
-        obs = self._normalize(t["observation"].reshape(n, -1))
+        obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
+                                     behaviour_version).reshape(n, -1)
         action = t["action"].reshape(n, -1)
         old_log_prob = t["log_prob"].reshape(n)
+        values, proximal_log_prob = t["value"], None
+        with torch.no_grad():
+            if self.recompute_values:
+                values = self.model.value(obs).reshape(T, K)
+            if self.lag_correction != "none":
+                proximal_log_prob = self.model.actor(obs).log_prob(action)
+        rewards = t["reward"] * self.reward_scale
+        if self.lag_correction == "vtrace":
+            returns, advantages = vtrace(
+                (proximal_log_prob - old_log_prob).reshape(T, K), rewards, values,
+                t["terminated"], t["truncated"], t["truncation_value"], t["bootstrap_value"],
+                self.gamma, self.gae_lambda, self.rho_bar, self.c_bar)
+        else:
+            advantages, returns = generalized_advantage_estimation(
+                rewards, values, t["terminated"], t["truncated"], t["truncation_value"],
+                t["bootstrap_value"], self.gamma, self.gae_lambda)
         advantages, returns = advantages.reshape(n), returns.reshape(n)
         totals: Dict[str, float] = {}
         steps = skipped = 0
@@ -171,7 +245,9 @@ class PPOLearner:
                                advantages[idx], self.model.value(obs[idx]), returns[idx],
                                dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
-                               self.normalize_advantages)
+                               self.normalize_advantages,
+                               None if proximal_log_prob is None else proximal_log_prob[idx],
+                               self.rho_bar)
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 params = [p for p in self.model.parameters() if p.grad is not None]
@@ -203,7 +279,7 @@ class PPOLearner:
                 steps += 1
         stats = {k: v / max(steps - skipped, 1) for k, v in totals.items()}
         stats["skipped_updates"] = float(skipped)
-        stats["explained_variance"] = explained_variance(t["value"].reshape(n), returns)
+        stats["explained_variance"] = explained_variance(values.reshape(n), returns)
         action_std = self.model.actor.action_std()
         if action_std is not None:
             stats["action_std"] = action_std

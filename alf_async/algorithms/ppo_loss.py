@@ -1,9 +1,10 @@
-"""The PPO2 loss, as pure functions on a minibatch of B samples."""
+"""The PPO2 loss (and its decoupled variant for stale data), as pure functions on a
+minibatch of B samples."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -28,6 +29,28 @@ def clipped_surrogate_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     return -torch.min(ratio * advantages, clipped * advantages)
 
 
+def decoupled_surrogate_loss(log_prob: torch.Tensor, proximal_log_prob: torch.Tensor,
+                             behaviour_log_prob: torch.Tensor, advantages: torch.Tensor,
+                             clip_ratio: float,
+                             max_importance_weight: Optional[float] = None) -> torch.Tensor:
+    """Per-sample decoupled PPO policy loss [B] (Hilton, Cobbe, Schulman 2021).
+
+    The clip is centred on the proximal policy pi_prox (the learner's weights at
+    the start of the update), not on the behaviour policy mu that acted:
+
+    w     = min(pi_prox(a|s) / mu(a|s), max_importance_weight)   (a constant)
+    r     = pi(a|s) / pi_prox(a|s)
+    loss  = -w * min(r * A, clip(r, 1 - eps, 1 + eps) * A)
+
+    With pi_prox = mu (no lag) w = 1 and this is ``clipped_surrogate_loss``.
+    """
+    weight = torch.exp(proximal_log_prob - behaviour_log_prob).detach()
+    if max_importance_weight is not None:
+        weight = torch.clamp(weight, max=max_importance_weight)
+    return weight * clipped_surrogate_loss(log_prob, proximal_log_prob, advantages,
+                                           clip_ratio)
+
+
 @dataclass
 class PPOLossOutput:
     """The scalar loss to minimize and detached statistics."""
@@ -40,7 +63,9 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
              advantages: torch.Tensor, value: torch.Tensor, returns: torch.Tensor,
              entropy: torch.Tensor, clip_ratio: float = 0.2,
              value_loss_weight: float = 0.5, entropy_coef: float = 1e-2,
-             normalize_advantage: bool = True) -> PPOLossOutput:
+             normalize_advantage: bool = True,
+             proximal_log_prob: Optional[torch.Tensor] = None,
+             max_importance_weight: Optional[float] = None) -> PPOLossOutput:
     """PPO2 loss for a minibatch.
 
     loss = mean(policy_loss) + value_loss_weight * mean((V(s) - R)^2)
@@ -53,15 +78,27 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
         value: [B] V(s) under the current value network.
         returns: [B] lambda-returns, the value targets.
         entropy: [B] entropy of pi(.|s).
+        proximal_log_prob: [B] log pi_prox(a|s); given, the policy loss is the
+            decoupled one (``decoupled_surrogate_loss``) and approx_kl /
+            clip_fraction are measured against pi_prox.
+        max_importance_weight: truncation of pi_prox / mu (decoupled only).
     """
     if normalize_advantage:
         advantages = normalize_advantages(advantages)
-    policy_loss = clipped_surrogate_loss(log_prob, old_log_prob, advantages, clip_ratio).mean()
+    if proximal_log_prob is None:
+        policy_loss = clipped_surrogate_loss(log_prob, old_log_prob, advantages,
+                                             clip_ratio).mean()
+        anchor = old_log_prob
+    else:
+        policy_loss = decoupled_surrogate_loss(log_prob, proximal_log_prob, old_log_prob,
+                                               advantages, clip_ratio,
+                                               max_importance_weight).mean()
+        anchor = proximal_log_prob
     value_loss = ((value - returns) ** 2).mean()
     entropy_mean = entropy.mean()
     loss = policy_loss + value_loss_weight * value_loss - entropy_coef * entropy_mean
     with torch.no_grad():
-        log_ratio = log_prob - old_log_prob
+        log_ratio = log_prob - anchor
         ratio = log_ratio.exp()
         stats = {
             "policy_loss": policy_loss.detach(),
@@ -70,4 +107,6 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
             "clip_fraction": ((ratio - 1.0).abs() > clip_ratio).float().mean(),
         }
+        if proximal_log_prob is not None:
+            stats["importance_weight"] = torch.exp(proximal_log_prob - old_log_prob).mean()
     return PPOLossOutput(loss, stats)

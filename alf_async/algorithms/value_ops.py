@@ -73,6 +73,59 @@ def generalized_advantage_estimation(
     return advantages, advantages + values
 
 
+def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
+           terminated: torch.Tensor, truncated: torch.Tensor, truncation_value: torch.Tensor,
+           bootstrap_value: torch.Tensor, gamma: float, trace_lambda: float = 1.0,
+           rho_bar: float = 1.0, c_bar: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets and advantages for off-policy data (Espeholt et al., 2018).
+
+    With rho[t] = min(rho_bar, pi/mu), c[t] = lambda * min(c_bar, pi/mu):
+
+    delta[t] = rho[t] * (r[t] + gamma * v'[t] - V(s_t))     (v' from next_state_values)
+    A[t]     = delta[t] + gamma * c[t] * (1 - done[t]) * A[t + 1],   A[T] = 0
+    vs[t]    = V(s_t) + A[t]                                  (value targets)
+    adv[t]   = r[t] + gamma * vs'[t] - V(s_t)                 (policy advantages)
+
+    where vs'[t] is vs[t + 1] inside an episode, bootstrap_value after the last
+    step, 0 after a terminal state and truncation_value after a time limit: the
+    traces never cross an episode boundary. IMPALA's policy gradient weights adv
+    by rho[t]; a PPO loss applies its own ratio to it instead.
+
+    On-policy (log_rho = 0, rho_bar = c_bar = 1) vs equals GAE(lambda)'s returns
+    and, for lambda = 1, adv equals GAE(1)'s advantages.
+
+    Args:
+        log_rho: [T, K] log pi(a_t|s_t) - log mu(a_t|s_t) (target minus behaviour).
+        rewards: [T, K] rewards r_t.
+        values, terminated, truncated, truncation_value, bootstrap_value: see
+            ``next_state_values`` (V under whichever value network the caller uses).
+        gamma: discount in [0, 1].
+        trace_lambda: lambda of the c-traces in [0, 1].
+        rho_bar, c_bar: truncation levels of the importance weights (rho_bar >= c_bar).
+    Returns:
+        (vs [T, K], adv [T, K]).
+    """
+    terminated = terminated.bool()
+    truncated = truncated.bool()
+    ratio = torch.exp(log_rho)
+    rho = torch.clamp(ratio, max=rho_bar)
+    c = trace_lambda * torch.clamp(ratio, max=c_bar)
+    next_values = next_state_values(values, terminated, truncated, truncation_value,
+                                    bootstrap_value)
+    deltas = rho * (rewards + gamma * next_values - values)
+    continues = (~(terminated | truncated)).to(rewards.dtype)
+    corrections = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * c[t] * continues[t] * running
+        corrections[t] = running
+    vs = values + corrections
+    next_vs = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
+    next_vs = torch.where(truncated, truncation_value, next_vs)
+    next_vs = torch.where(terminated, torch.zeros_like(next_vs), next_vs)
+    return vs, rewards + gamma * next_vs - values
+
+
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var(target - predicted) / Var(target); nan when Var(target) is 0."""
     var_target = torch.var(target, unbiased=False)
