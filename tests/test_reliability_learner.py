@@ -76,12 +76,12 @@ def test_learner_exception_stops_children_and_writes_no_checkpoint(tmp_path):
         real_train = trainer.learner.train
         seen = {}
 
-        def failing_train(batch):
+        def failing_train(batch, *args):
             if trainer.learner.iteration == 5:
                 seen["checkpoints"] = _snapshot(root)
                 seen["pids"] = list(trainer.pool.pids)
                 raise LearnerBroke("learner broke on purpose")
-            return real_train(batch)
+            return real_train(batch, *args)
 
         trainer.learner.train = failing_train
         with pytest.raises(LearnerBroke):

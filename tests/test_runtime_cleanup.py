@@ -207,7 +207,8 @@ def test_normal_end(launch):
 
 def test_learner_exception_in_train_command(launch):
     """An absurd learning rate makes the 2nd iteration's loss non-finite."""
-    run = launch("blowup", ["Trainer.num_iterations=50", "PPOLearner.learning_rate=1e30"])
+    run = launch("blowup", ["Trainer.num_iterations=50", "PPOLearner.learning_rate=1e30",
+                            "PPOLearner.max_skipped_updates=0"])
     rc = run.wait()
     out = run.output()
     assert rc == 1, out
