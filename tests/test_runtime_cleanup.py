@@ -232,13 +232,13 @@ def test_learner_exception_in_process(tmp_path):
     class LearnerBroke(RuntimeError):
         pass
 
-    def failing_train(self, batch):
+    def failing_train(self, batch, *args):
         calls.append(1)
         for pid in trainer.pool.pids:
             seen.append(_identity(psutil.Process(pid)))
         if len(calls) == 2:
             raise LearnerBroke("learner failed on purpose")
-        return original(self, batch)
+        return original(self, batch, *args)
 
     try:
         with pytest.MonkeyPatch.context() as mp:
