@@ -295,3 +295,14 @@ class MetricsRecorder:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def log_env_failures(message: Any, env_name: str) -> int:
+    """Log one line per env failure of a batch (``BatchReady``); returns how many."""
+    failures = message.unroll.env_failures
+    for env_index, details in failures:
+        last = details.strip().splitlines()[-1] if details.strip() else "?"
+        logger.warning("env %d of actor %d (%s) failed and was recreated; its episode "
+                       "was dropped: %s", env_index, message.actor_id, env_name, last)
+        logger.debug("env failure traceback:\n%s", details)
+    return len(failures)

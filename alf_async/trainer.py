@@ -1,20 +1,13 @@
 """The Trainer: owns a run, its actor pool, its learner and its run directory.
 
-The story of a run: build (settings, env dimensions, resource checks, learner),
-restore the newest checkpoint, start the actor pool, then loop: take the next
-actor batch (oldest version first, lag <= N - 1), train on it, publish the new
-weights, release the actor's slot, record one ``IterationRecord``; checkpoint
-every ``checkpoint_interval`` iterations and once more at the end. With N = 1
-actor and one slot per actor this is exactly synchronous training.
-
-Run directory layout (``root_dir``): ``config.gin`` (the run's bindings; resuming
-reads it), ``operative_config.gin``, ``metrics.jsonl`` (one ``IterationRecord`` per
-line), ``tensorboard/``, ``checkpoints/ckpt-<iteration>.pt`` (the last few) and
-``log.txt``.
-
-Every child process is ended on every path: normal end, exception, Ctrl-C (final
-checkpoint, then KeyboardInterrupt), SIGTERM (final checkpoint, then
-TerminationRequested), a second Ctrl-C (immediate kill of all children).
+Build (settings, env spaces, resource checks, learner), restore the newest
+checkpoint, start the actor pool, then loop: take the next actor batch (oldest
+version first, lag <= N - 1), train on it, publish the new weights, release the
+slot, record one ``IterationRecord``; checkpoint every ``checkpoint_interval``
+iterations and at the end. N = 1 with one slot per actor is exactly synchronous.
+The run directory holds config.gin, operative_config.gin, metrics.jsonl,
+tensorboard/, checkpoints/ and log.txt. Every child process is ended on every
+path (normal end, exception, Ctrl-C, SIGTERM, a second Ctrl-C kills at once).
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
 from alf_async.checkpoint import Checkpointer
 from alf_async.envs.gym_env import UnknownEnvError, env_spec
 from alf_async.envs.spaces import UnsupportedSpaceError
-from alf_async.metrics import IterationRecord, MetricsRecorder
+from alf_async.metrics import IterationRecord, MetricsRecorder, log_env_failures
 from alf_async.resources import check_resources
 from alf_async.runtime.actor_pool import ActorPool, ActorPoolError, make_actor_pool
 from alf_async.runtime.messages import BatchReady
@@ -210,7 +203,7 @@ class Trainer:
                     c["env_steps"] += message.unroll.env_steps
                     c["episodes"] += len(message.unroll.episodes)
                     c["wall_time"] = wall_at_start + (end - start)
-                    self._report_env_failures(message)
+                    self.env_failures += log_env_failures(message, s.env_name)
                     metrics.add_episodes(message.unroll.episodes)
                     record = metrics.record(self._record(
                         message, stats, version, end - last_end, train_start - wait_start,
@@ -266,12 +259,3 @@ class Trainer:
             actor_restarts=pool.restarts, env_failures=self.env_failures,
             dropped_batches=pool.dropped_batches + self.dropped_stale["batches"],
             dropped_env_steps=self.dropped_stale["env_steps"], learner=dict(stats))
-
-    def _report_env_failures(self, message: BatchReady) -> None:
-        for env_index, details in message.unroll.env_failures:
-            self.env_failures += 1
-            last = details.strip().splitlines()[-1] if details.strip() else "?"
-            logger.warning("env %d of actor %d (%s) failed and was recreated; its episode "
-                           "was dropped: %s", env_index, message.actor_id,
-                           self.settings.env_name, last)
-            logger.debug("env failure traceback:\n%s", details)

@@ -140,7 +140,8 @@ def test_eps_table_with_several_async_actor_counts():
 
 
 def test_number_formats():
-    from alf_async.reporting.tables import fmt_duration, fmt_seconds
+    from alf_async.reporting.tables import fmt_seconds
+    from alf_async.utils.formatting import format_duration as fmt_duration
 
     assert [fmt_seconds(v) for v in (21.333, 2.0, 0.5, 0.03641, None)] == \
         ["21.33", "2.00", "0.500", "0.0364", "-"]

@@ -8,7 +8,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from alf_async.reporting.eps_study import Cell, eps_table, time_split_table
 from alf_async.reporting.run_metrics import RunSummary
 from alf_async.reporting.tables import (
-    fmt_duration, fmt_int, fmt_number, markdown_table)
+    fmt_int, fmt_number, markdown_table)
+from alf_async.utils.formatting import format_duration
 
 MIN_CURVE_POINTS = 3
 
@@ -93,11 +94,11 @@ def runs_table(runs: Sequence[Tuple[str, RunSummary]], threshold: Optional[float
     rows = []
     for name, s in runs:
         row = [name, fmt_int(s.num_envs), fmt_int(s.num_actors), fmt_int(s.iterations),
-               fmt_int(s.env_steps), fmt_duration(s.wall_time_s),
+               fmt_int(s.env_steps), format_duration(s.wall_time_s),
                fmt_number(s.final_return, 1), fmt_number(s.mean_T, 3),
                fmt_number(s.mean_EPS, 2), fmt_number(s.mean_lag, 2)]
         if threshold is not None:
-            row += [fmt_duration(s.time_to_threshold_s), fmt_int(s.steps_to_threshold)]
+            row += [format_duration(s.time_to_threshold_s), fmt_int(s.steps_to_threshold)]
         rows.append(row)
     return markdown_table(headers, rows, [False] + [True] * (len(headers) - 1))
 

@@ -11,7 +11,7 @@ import io
 import math
 from typing import Any, Optional, Sequence
 
-MISSING = "-"
+from alf_async.utils.formatting import MISSING
 
 
 def fmt_number(value: Optional[float], digits: int = 2) -> str:
@@ -33,22 +33,6 @@ def fmt_seconds(value: Optional[float]) -> str:
 
 def fmt_int(value: Optional[float]) -> str:
     return MISSING if value is None else f"{int(value)}"
-
-
-def fmt_duration(seconds: Optional[float]) -> str:
-    """'0.4s', '42s', '3m05s' or '1h40m'; ``MISSING`` for None."""
-    if seconds is None or not math.isfinite(seconds):
-        return MISSING
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, s = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{s:02d}s"
-    h, m = divmod(minutes, 60)
-    return f"{h}h{m:02d}m"
 
 
 def _escape(cell: Any) -> str:
