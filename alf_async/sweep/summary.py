@@ -89,7 +89,7 @@ def summary_csv(rows: Sequence[SummaryRow], threshold: Optional[float] = None) -
 
 def collect_rows(outcomes: Sequence, warmup: Optional[int] = None,
                  threshold: Optional[float] = None) -> List[SummaryRow]:
-    """Summary rows from ``sweep_runner.RunOutcome``s (reads each run's metrics)."""
+    """Summary rows from ``runner.RunOutcome``s (reads each run's metrics)."""
     return [SummaryRow(o.spec, o.status, o.exit_code,
                        summarize_run(read_metrics(o.run_dir), warmup, threshold))
             for o in outcomes]
