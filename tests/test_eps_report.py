@@ -238,3 +238,13 @@ def test_eps_report_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(again, REPORT_FILE)) as f:
         assert row in f.read()
+
+
+def test_a_run_that_never_reaches_the_target_says_so():
+    from alf_async.reporting.report import runs_table
+    from alf_async.reporting.run_metrics import RunSummary
+
+    fields = {f: None for f in RunSummary.__dataclass_fields__}
+    summary = RunSummary(**fields)
+    table = runs_table([("sync", summary)], threshold=1000.0)
+    assert table.splitlines()[-1].rstrip(" |").endswith("not reached | not reached")

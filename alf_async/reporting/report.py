@@ -86,6 +86,9 @@ def _ratio_sentences(cells: Sequence[Cell]) -> List[str]:
     return out
 
 
+NOT_REACHED = "not reached"
+
+
 def runs_table(runs: Sequence[Tuple[str, RunSummary]], threshold: Optional[float]) -> str:
     headers = ["run", "K", "N", "iterations", "env steps", "wall time", "final return",
                "T (s)", "EPS", "lag"]
@@ -98,7 +101,8 @@ def runs_table(runs: Sequence[Tuple[str, RunSummary]], threshold: Optional[float
                fmt_number(s.final_return, 1), fmt_number(s.mean_T, 3),
                fmt_number(s.mean_EPS, 2), fmt_number(s.mean_lag, 2)]
         if threshold is not None:
-            row += [format_duration(s.time_to_threshold_s), fmt_int(s.steps_to_threshold)]
+            row += ([NOT_REACHED] * 2 if s.steps_to_threshold is None else
+                    [format_duration(s.time_to_threshold_s), fmt_int(s.steps_to_threshold)])
         rows.append(row)
     return markdown_table(headers, rows, [False] + [True] * (len(headers) - 1))
 

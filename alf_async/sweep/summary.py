@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+from alf_async.reporting.report import NOT_REACHED
 from alf_async.sweep.grid import RunSpec
 from alf_async.utils.files import write_text
 from alf_async.reporting.run_metrics import RunSummary, read_metrics, summarize_run
@@ -69,7 +70,8 @@ def table(rows: Sequence[SummaryRow], threshold: Optional[float] = None
                      fmt_number(s.mean_EPS, 2), fmt_number(s.mean_lag, 2)])
         if threshold is not None:
             csv_row += [s.time_to_threshold_s, s.steps_to_threshold]
-            md_row += [fmt_number(s.time_to_threshold_s, 1), fmt_int(s.steps_to_threshold)]
+            md_row += ([NOT_REACHED] * 2 if s.steps_to_threshold is None else
+                       [fmt_number(s.time_to_threshold_s, 1), fmt_int(s.steps_to_threshold)])
         csv_rows.append(csv_row)
         md_rows.append(md_row)
     return csv_headers, csv_rows, md_headers, md_rows
