@@ -123,3 +123,34 @@ gym.register(id="Broken-v0", entry_point=Broken, max_episode_steps=100)
     assert "RuntimeError: the simulator licence is missing" in errors[0]
     assert "restarting actor" not in result.stderr
     assert "Traceback" not in result.stderr.split("alf_async: error:")[-1]
+
+
+@pytest.mark.timeout(200)
+def test_an_action_space_alf_async_cannot_train_exits_2(user_project):
+    project, elsewhere = user_project
+    (project / "text_envs.py").write_text('''
+import gymnasium as gym
+import numpy as np
+from my_envs import PointMassEnv
+
+
+class TextActions(PointMassEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Text(5)
+
+
+gym.register(id="TextActions-v0", entry_point=TextActions, max_episode_steps=10)
+''')
+    result = train([f"--gin_file={project / 'point_mass.gin'}",
+                    f"--root_dir={elsewhere / 'run'}",
+                    "--gin_param=Trainer.env_name='text_envs:TextActions-v0'"],
+                   elsewhere, project)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    errors = [l for l in result.stderr.splitlines() if l.startswith("alf_async: error:")]
+    assert len(errors) == 1 and re.search(
+        r"env TextActions-v0 has the action space Text\(.*which alf_async cannot train on; "
+        r"supported: Box \(continuous, bounded\), Discrete and MultiDiscrete", errors[0]), (
+        result.stderr[-2000:])
+    assert not (elsewhere / "run").exists()
