@@ -89,7 +89,7 @@ def test_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(ConfigError, match=r"Unknown gin parameter 'nope' of 'Trainer' in gin "
                                           r"file .*bad\.gin, line 3"):
         parse_config([bad])
-    inner = write(tmp_path / "inner.gin", "Trainer.num_envs = 2\nTrainer.seed = [1\n")
+    write(tmp_path / "inner.gin", "Trainer.num_envs = 2\nTrainer.seed = [1\n")
     outer = write(tmp_path / "outer.gin", "Trainer.num_envs = 3\ninclude 'inner.gin'\n")
     with pytest.raises(ConfigError, match=r"Syntax error in gin file .*inner\.gin"):
         parse_config([outer])

@@ -29,7 +29,6 @@ from alf_async.runtime.actor_pool import ActorPoolError
 from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.settings import TrainerSettings
 from scripted_policy import ScriptedPolicy
-from alf_async.runtime.weight_store import WeightStore
 
 from reliability_helpers import (TrainRun, alf_async_log, checkpoint_files,
                                    checkpoint_iteration, small_params)

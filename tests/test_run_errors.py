@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import gin
-import pytest
 
 from conftest import REPO_ROOT
 from reliability_helpers import DEMO_GIN, small_params

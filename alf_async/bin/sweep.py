@@ -59,8 +59,9 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
     from alf_async.sweep import summary as sweep_summary
     from alf_async.sweep.grid import SweepSyntaxError, parse_sweep, run_specs
     from alf_async.reporting.machine import describe_machine
-    from alf_async.sweep.runner import (
-        MACHINE_FILE, SWEEP_FILE, SweepLockedError, SweepRunner, write_json)
+    from alf_async.reporting.run_metrics import MACHINE_FILE, SWEEP_FILE
+    from alf_async.sweep.runner import SweepLockedError, SweepRunner
+    from alf_async.utils.files import write_json
 
     if not gin_files:
         return user_error("--gin_file is required")

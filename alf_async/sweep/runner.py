@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -36,7 +35,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, List, Optional, Sequence
 
-from alf_async.reporting.run_metrics import MACHINE_FILE, SWEEP_FILE  # noqa: F401
 from alf_async.sweep.grid import RunSpec
 from alf_async.utils.exit_codes import ExitCode
 from alf_async.utils.files import read_json, write_json
