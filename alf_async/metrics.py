@@ -89,6 +89,7 @@ class IterationRecord:
     env_failures: int
     dropped_batches: int = 0
     dropped_env_steps: int = 0
+    startup_s: float = NAN
     episode_return: float = NAN
     episode_length: float = NAN
     learner: Dict[str, float] = field(default_factory=dict)
@@ -148,6 +149,7 @@ TENSORBOARD_TAGS = {
     "actor_wait_s": "time/actor_wait_s",
     "actor_inference_s": "time/actor_inference_s",
     "actor_env_s": "time/actor_env_s",
+    "startup_s": "time/startup_s",
     "queue_length": "async/queue_length",
     "lag": "async/lag",
     "policy_loss": "ppo/policy_loss",

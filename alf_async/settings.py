@@ -11,7 +11,7 @@ Groups (by concern):
 
 - what to train and for how long: env_name, max_episode_steps, seed,
   num_env_steps, num_iterations;
-- the actors: num_envs (K), num_env_workers (W), num_actors (N), unroll_length,
+- the actors: num_envs (K), num_env_workers (W), env_splits, num_actors (N), unroll_length,
   slots_per_actor, backend;
 - checkpoints: checkpoint_interval, reseed_at_checkpoints;
 - faults: max_actor_restarts, actor_timeout_s, fatal_env_errors;
@@ -44,6 +44,13 @@ class TrainerSettings:
         num_envs: K, envs per actor. EPS = K / T.
         num_env_workers: W, env-worker processes per actor (0: envs step inside
             the actor process).
+        env_splits: S, groups the actor's K envs are stepped in (double-buffered
+            sampling). With S = 2 and W >= 1 the actor computes the actions of
+            one half of its envs while the env workers step the other half, so
+            inference leaves the critical path; with W = 0 splitting changes
+            nothing but the order of work. Each env worker needs >= S envs.
+            Trajectories are the same for any S given the same actions (a
+            stochastic policy draws its samples in another order).
         num_actors: N actor processes. 1 = synchronous, >= 2 = asynchronous.
         unroll_length: steps per env per trajectory.
         slots_per_actor: trajectories an actor may have in flight; 1 (default)
@@ -86,6 +93,7 @@ class TrainerSettings:
     env_name: str = field(default="InvertedPendulumBulletEnv-v0", metadata=rule("str"))
     num_envs: int = field(default=8, metadata=rule("int", low=1))
     num_env_workers: int = 0
+    env_splits: int = field(default=1, metadata=rule("int", low=1))
     num_actors: int = field(default=1, metadata=rule("int", low=1))
     unroll_length: int = field(default=128, metadata=rule("int", low=1))
     slots_per_actor: int = field(default=1, metadata=rule("int", low=1))
@@ -111,6 +119,11 @@ class TrainerSettings:
         if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= self.num_envs:
             raise ConfigError(f"Trainer.num_env_workers must be an integer in "
                               f"[0, num_envs={self.num_envs}], got {w!r}")
+        if self.num_envs // max(w, 1) < self.env_splits:
+            raise ConfigError(
+                f"Trainer.env_splits={self.env_splits} needs at least that many envs per "
+                f"env worker: num_envs={self.num_envs} over num_env_workers={w} gives "
+                f"{self.num_envs // max(w, 1)}")
         if not (self.num_env_steps or self.num_iterations):
             raise ConfigError(
                 "Set a budget: Trainer.num_env_steps and/or Trainer.num_iterations must be "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Dict, Optional
 
@@ -26,7 +27,7 @@ from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
 from alf_async.checkpoint import Checkpointer
 from alf_async.envs.gym_env import UnknownEnvError, env_spec
 from alf_async.envs.spaces import UnsupportedSpaceError
-from alf_async.metrics import IterationRecord, MetricsRecorder, log_env_failures
+from alf_async.metrics import NAN, IterationRecord, MetricsRecorder, log_env_failures
 from alf_async.resources import check_resources
 from alf_async.runtime.actor_pool import ActorPool, ActorPoolError, make_actor_pool
 from alf_async.runtime.messages import BatchReady
@@ -34,6 +35,7 @@ from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.signals import GracefulStop, TerminationRequested, kill_children_now
+from alf_async.utils.process import seconds_since_process_start
 from alf_async.utils.shared_memory import sweep_stale_blocks
 from alf_async.utils.validation import ConfigError
 
@@ -90,6 +92,8 @@ class Trainer:
         self.last_checkpoint: Optional[str] = None
         self.last_checkpoint_iteration = -1
         self._episode_window: Dict[str, list] = {}
+        self.startup_s = NAN  # set when the actors are ready
+        self._first_iteration = 1
 
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, metrics: MetricsRecorder) -> str:
@@ -167,7 +171,17 @@ class Trainer:
                                 "each), unroll_length %d%s", s.num_actors, s.num_envs,
                                 s.backend, s.num_env_workers, s.unroll_length,
                                 ", resumed" if resumed else "")
+                    # The learner's optimizer is built (~1 s of imports) while
+                    # the actors start.
+                    optimizer_ready = threading.Thread(
+                        target=lambda: self.learner.optimizer, daemon=True,
+                        name="alf_async-build-optimizer")
+                    optimizer_ready.start()
                     self.pool.start()
+                    optimizer_ready.join()
+                    self.startup_s = seconds_since_process_start()
+                    logger.info("start-up took %.1f s (launch of this process until every "
+                                "actor was ready to unroll)", self.startup_s)
                     self._loop(metrics, stop)
                 finally:
                     stop.stopping = True  # a signal now kills everything at once
@@ -182,6 +196,7 @@ class Trainer:
         s, c = self.settings, self.counters
         start = last_end = time.monotonic()
         wall_at_start = c["wall_time"]
+        self._first_iteration = int(c["iteration"]) + 1  # startup_s goes on its row
         record, completed = None, False
         try:
             while not self._budget_reached():
@@ -258,4 +273,6 @@ class Trainer:
             lag=version - message.version, episodes_finished=len(u.episodes),
             actor_restarts=pool.restarts, env_failures=self.env_failures,
             dropped_batches=pool.dropped_batches + self.dropped_stale["batches"],
-            dropped_env_steps=self.dropped_stale["env_steps"], learner=dict(stats))
+            dropped_env_steps=self.dropped_stale["env_steps"],
+            startup_s=self.startup_s if c["iteration"] == self._first_iteration else NAN,
+            learner=dict(stats))

@@ -18,7 +18,15 @@ command) and reads its metrics.jsonl. After skipping ``--warmup`` iterations:
 - raw_steps_per_s: BatchedEnv.step with random actions at the same K and W, in
   this process, measured after the run (nothing else running);
 - efficiency = actor_steps_per_s / raw_steps_per_s (target >= 0.85), and
-  end_to_end_efficiency likewise.
+  end_to_end_efficiency likewise;
+- machine_fraction = actor_steps_per_s / (cores x raw one-process rate): the
+  share of what the machine's cores can step (the raw rate of K envs stepped in
+  one process, W = 0, times the number of usable cores), the gap to the
+  machine's limit (target >= 0.85 for W = cores).
+
+Each W >= 1 is measured with ``--splits`` (default 1 and 2: double-buffered
+sampling, ``Trainer.env_splits``); W = 0 only with 1 split (in one process the
+splits cannot overlap).
 
 Episodes end at different rates under random and policy actions, and resets
 are costly, so the efficiency can move by several percent either way from that
@@ -30,10 +38,12 @@ N = 1 the learner is idle while the actor unrolls, so this does not change what
 is measured. On a machine with fewer cores than 1 + W processes the figures
 depend on scheduling; compare ``load_avg_1m`` before trusting them.
 
-Output: one JSON line {"bench": "sampler_efficiency", ..., "results": [{"W": ...,
-"efficiency": ..., "pass": ...}, ...], "pass": all W passed}.
+Output: one JSON line {"bench": "sampler_efficiency", ..., "raw_one_process_steps_per_s":
+..., "cores": ..., "results": [{"W": ..., "splits": ..., "efficiency": ...,
+"machine_fraction": ..., "pass": ...}, ...], "pass": all passed}.
 
 Full size:  python -m bench.sampler_efficiency
+HalfCheetah: python -m bench.sampler_efficiency --gin_file ppo_bullet_half_cheetah.gin --num_envs 16
 Smoke run:  python -m bench.sampler_efficiency --num_envs 4 --workers 0,1 --unroll_length 32 --iterations 3 --warmup 1
 """
 
@@ -41,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any, Dict, List
 
@@ -59,6 +70,7 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p.add_argument("--env", default=None, help="override Trainer.env_name")
     p.add_argument("--num_envs", type=int, default=32, help="K")
     p.add_argument("--workers", default="0,1,2", help="comma-separated W values")
+    p.add_argument("--splits", default="1,2", help="comma-separated env_splits values")
     p.add_argument("--unroll_length", type=int, default=128)
     p.add_argument("--iterations", type=int, default=8, help="training iterations per run")
     p.add_argument("--warmup", type=int, default=2, help="iterations skipped")
@@ -76,27 +88,35 @@ def env_name_of(args: argparse.Namespace) -> str:
                                              "Trainer.env_name")
 
 
-def run_one_w(args: argparse.Namespace, env_name: str, w: int) -> Dict[str, Any]:
+def run_one(args: argparse.Namespace, env_name: str, w: int, splits: int,
+            raw_one_process: float, cores: int) -> Dict[str, Any]:
     K, T = args.num_envs, args.unroll_length
     params = [f"Trainer.env_name='{env_name}'", f"Trainer.num_envs={K}",
-              f"Trainer.num_env_workers={w}", "Trainer.num_actors=1",
+              f"Trainer.num_env_workers={w}", f"Trainer.env_splits={splits}",
+              "Trainer.num_actors=1",
               "Trainer.backend='process'", f"Trainer.unroll_length={T}",
               f"Trainer.num_iterations={args.iterations}", "Trainer.num_env_steps=0",
               f"PPOLearner.num_epochs={args.num_epochs}",
               f"PPOLearner.mini_batch_size={min(4096, K * T)}"] + args.gin_param
-    summary = benchlib.timing_run(args.gin_file, params, f"sampler_K{K}_W{w}",
+    summary = benchlib.timing_run(args.gin_file, params, f"sampler_K{K}_W{w}_S{splits}",
                                   args.root_dir, args.keep, args.warmup, args.timeout_s)
     steps = K * T
     actor_rate = steps / summary["U"]
     e2e_rate = steps / (summary["T"] - summary["L"])
     raw = benchlib.measure_raw_env(env_name, K, w, args.raw_unrolls * T, seed=1)
     efficiency = actor_rate / raw["steps_per_s"]
-    logger.info("W=%d: actor %.0f steps/s, end-to-end %.0f, raw %.0f -> efficiency %.3f",
-                w, actor_rate, e2e_rate, raw["steps_per_s"], efficiency)
-    return {"W": w, "actor_steps_per_s": actor_rate, "end_to_end_steps_per_s": e2e_rate,
+    machine_fraction = actor_rate / (cores * raw_one_process)
+    logger.info("W=%d S=%d: actor %.0f steps/s, end-to-end %.0f, raw %.0f -> efficiency "
+                "%.3f, %.3f of %d x %.0f", w, splits, actor_rate, e2e_rate,
+                raw["steps_per_s"], efficiency, machine_fraction, cores, raw_one_process)
+    return {"W": w, "splits": splits, "actor_steps_per_s": actor_rate,
+            "end_to_end_steps_per_s": e2e_rate,
             "raw_steps_per_s": raw["steps_per_s"], "efficiency": efficiency,
             "end_to_end_efficiency": e2e_rate / raw["steps_per_s"],
+            "machine_fraction": machine_fraction,
+            "end_to_end_machine_fraction": e2e_rate / (cores * raw_one_process),
             "actor_inference_frac": summary["actor_inference_s"] / summary["U"],
+            "actor_env_wait_frac": summary["actor_env_s"] / summary["U"],
             "actor_episodes_per_1k_steps": summary["episodes_per_1k_steps"],
             "raw_episodes_per_1k_steps": 1000.0 * raw["episodes"] / raw["env_steps"],
             "iterations_used": summary["iterations_used"], "pass": efficiency >= args.target}
@@ -107,12 +127,23 @@ def main(argv: List[str] = None) -> int:
     benchlib.setup_logging()
     args = parse_args(argv)
     env_name = env_name_of(args)
-    results = [run_one_w(args, env_name, w) for w in benchlib.parse_int_list(args.workers)
-               if w <= args.num_envs]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    raw_one = benchlib.measure_raw_env(env_name, args.num_envs, 0,
+                                       args.raw_unrolls * args.unroll_length, seed=1)
+    logger.info("raw, one process, K=%d: %.0f steps/s; %d cores", args.num_envs,
+                raw_one["steps_per_s"], cores)
+    results = []
+    for w in benchlib.parse_int_list(args.workers):
+        for splits in benchlib.parse_int_list(args.splits):
+            if w > args.num_envs or (w == 0 and splits > 1) \
+                    or args.num_envs // max(w, 1) < splits:
+                continue
+            results.append(run_one(args, env_name, w, splits, raw_one["steps_per_s"], cores))
     benchlib.emit({
         "bench": "sampler_efficiency", "env": env_name, "num_envs": args.num_envs,
         "unroll_length": args.unroll_length, "iterations": args.iterations,
         "warmup": args.warmup, "target": args.target, **benchlib.machine_info(),
+        "cores": cores, "raw_one_process_steps_per_s": raw_one["steps_per_s"],
         "results": results, "pass": all(r["pass"] for r in results),
     })
     return 0

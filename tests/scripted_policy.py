@@ -41,3 +41,19 @@ class ScriptedPolicy:
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         return np.asarray(observation, np.float32).sum(-1)
+
+
+class ObservationPolicy(ScriptedPolicy):
+    """Deterministic actions that depend on the observation alone.
+
+    action[k] = 0.9 * sin(1.7 * sum(obs[k])) for every action dim; log_prob =
+    -sum(obs[k]). Unlike ``ScriptedPolicy`` (which uses the row index and a call
+    counter) it gives every env the same action whichever rows it is called
+    with, so it can compare runs that batch the envs differently (env_splits).
+    """
+
+    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        observation = np.asarray(observation, np.float32)
+        total = observation.sum(-1)
+        action = np.repeat((0.9 * np.sin(1.7 * total))[:, None], self.action_dim, axis=1)
+        return action.astype(np.float32), -total, self.value(observation)

@@ -93,7 +93,7 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
     root = str(tmp_path / "run")
     first = train_cmd + ["--gin_file=ppo_bullet_inverted_pendulum.gin", f"--root_dir={root}",
                          "--gin_param=Trainer.num_iterations=3"] + SMALL
-    _run(first, cwd=str(tmp_path))
+    proc = _run(first, cwd=str(tmp_path))
 
     # -- the run directory ----------------------------------------------------
     with open(os.path.join(root, "config.gin"), encoding="utf-8") as f:
@@ -108,6 +108,10 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
 
     lines = _metrics(root)
     _check_metrics(lines, 3)
+    # Start-up time: on the first row of the process only, and in the log.
+    assert 0 < lines[0]["startup_s"] < 600
+    assert [m["startup_s"] for m in lines[1:]] == [None, None]
+    assert "start-up took" in proc.stderr
 
     scalars = _scalars(root)
     for tag in ("throughput/EPS", "throughput/T", "throughput/env_steps_per_s",
@@ -135,6 +139,7 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
     # 1..5 with env steps 32..160: continued, not restarted; and the saved
     # num_envs=2 / unroll_length=16 were used (the defaults are 8 / 128).
     _check_metrics(lines, 5)
+    assert lines[3]["startup_s"] > 0 and lines[4]["startup_s"] is None  # the resumed process
     # The recent-returns window came back with the checkpoint: no 'return nan'
     # after a resume; the first resumed row averages old and new episodes.
     assert lines[3]["episode_return"] is not None

@@ -14,6 +14,7 @@ actors receive.
 
 from __future__ import annotations
 
+import threading
 from typing import Dict, Mapping, Optional, Union
 
 import gin
@@ -150,10 +151,21 @@ class PPOLearner:
         torch.manual_seed(seed)
         self.model = ActorCritic(observation_dim, action_spec).to(self.device)
         self.normalizer = RunningNormalizer(observation_dim)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate,
-                                          eps=adam_epsilon)
+        self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._optimizer_lock = threading.Lock()
+        self._adam_args = {"lr": learning_rate, "eps": adam_epsilon}
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.iteration = 0
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the model's parameters, built at first use. (Building the
+        first torch optimizer of a process imports torch._dynamo, about 1 s of
+        CPU; the trainer builds it in a thread while its actors start.)"""
+        with self._optimizer_lock:
+            if self._optimizer is None:
+                self._optimizer = torch.optim.Adam(self.model.parameters(), **self._adam_args)
+            return self._optimizer
 
     def check_batch_size(self, unroll_length: int, num_envs: int) -> None:
         """Raise ValueError if the minibatch cannot be drawn from T * K samples."""

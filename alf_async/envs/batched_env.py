@@ -30,8 +30,8 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def _failure_text() -> str:
 class EnvCommand(enum.Enum):
     """What the batched env asks of an env worker (or of its in-process group)."""
 
-    STEP = "step"  # step every env with the actions in the shared arrays
+    STEP = "step"  # (): step every env; ((s, S),): the envs of split s of S
     RESET = "reset"  # reset every env with its seed
     SET_SEED = "set_seed"  # (seed,): new base seed, then reset
     CLOSE = "close"  # end the worker
@@ -202,10 +202,14 @@ class EnvGroup:
         a["env_failed"][self.indices] = False
         return failures
 
-    def step(self) -> List[Tuple[int, str]]:
+    def step(self, split: Optional[Tuple[int, int]] = None) -> List[Tuple[int, str]]:
+        """Step the group's envs, or those of ``split`` = (s, S): envs k with
+        k % S == s."""
         a = self.arrays
         failures = []
         for k, env in self.envs.items():
+            if split is not None and k % split[1] != split[0]:
+                continue
             failed = False
             try:
                 o, r, term, trunc, _ = env.step(a["action"][k])
@@ -235,7 +239,7 @@ class EnvGroup:
     def run(self, command: EnvCommand, args: Tuple = ()) -> List[Tuple[int, str]]:
         """Carry out ``command`` (not CLOSE); returns the env failures it met."""
         if command is EnvCommand.STEP:
-            return self.step()
+            return self.step(*args)
         if command is EnvCommand.RESET:
             return self.reset()
         if command is EnvCommand.SET_SEED:
@@ -298,6 +302,10 @@ class _Worker:
     conn: object
     indices: List[int]
     seed: int
+    # Splits that were in flight when this worker's predecessor died (no reply
+    # will come for them), and why it died.
+    lost_splits: Set[int] = field(default_factory=set)
+    lost_reason: str = ""
 
 
 class BatchedEnv:
@@ -316,17 +324,38 @@ class BatchedEnv:
             seconds of a command is treated as dead.
         env_modules: modules the env-worker processes import before making their
             envs (modules that register the env id, e.g. a gin config's imports).
+        num_splits: S >= 1 groups of envs that can be stepped one at a time
+            (``step_send`` / ``step_receive``): split s holds the envs k with
+            k % S == s, so every worker holds envs of every split (each worker
+            needs at least S envs). With W >= 1 the caller computes the next
+            actions of one split while the workers step the other
+            (double-buffered sampling); ``step`` steps all splits at once.
+        wait_for_workers: return only once every env worker has built its envs
+            (True), or at once, leaving that wait to ``wait_for_workers()`` or
+            the first command, so that the caller can do its own start-up work
+            while the workers start.
     """
 
     def __init__(self, env_name: str, num_envs: int, num_workers: int = 0,
                  seed: int = 0, max_episode_steps: Optional[int] = None,
                  fatal_env_errors: bool = False, worker_timeout_s: float = 60.0,
-                 env_modules: Sequence[str] = ()):
+                 env_modules: Sequence[str] = (), num_splits: int = 1,
+                 wait_for_workers: bool = True):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= num_workers <= num_envs:
             raise ValueError(
                 f"num_workers must be in [0, num_envs={num_envs}], got {num_workers}")
+        if num_splits < 1 or num_envs // max(num_workers, 1) < num_splits:
+            raise ValueError(
+                f"num_splits={num_splits} needs at least that many envs per env worker "
+                f"(num_envs={num_envs}, num_workers={num_workers})")
+        self.num_splits = num_splits
+        # Split s is the strided slice s::S (a view, not a copy, of [K, ...] arrays).
+        self.splits: List[slice] = [slice(s, None, num_splits) for s in range(num_splits)]
+        self._in_flight: Dict[int, bool] = {}
+        self._starting = False  # workers started, their envs not yet confirmed built
+        self._group_failures: Dict[int, List[Tuple[int, str]]] = {}  # W = 0
         self.env_name = env_name
         self.num_envs = num_envs
         self.num_workers = num_workers
@@ -361,11 +390,21 @@ class BatchedEnv:
                 self.arrays = self._block.arrays
                 groups = np.array_split(np.arange(num_envs), num_workers)
                 self._workers = [self._start_worker([int(i) for i in g], seed) for g in groups]
-                for worker in self._workers:
-                    self._receive(worker)
+                self._starting = True
+                if wait_for_workers:
+                    self.wait_for_workers()
         except BaseException:
             self.close()
             raise
+
+    def wait_for_workers(self) -> None:
+        """Wait until every env worker has built its envs (raises EnvError if one
+        failed). Done by the constructor unless ``wait_for_workers=False``, and
+        by the first command otherwise."""
+        if self._starting:
+            for worker in self._workers:
+                self._receive(worker)
+            self._starting = False
 
     # -- workers --------------------------------------------------------------
     def _start_worker(self, indices: List[int], seed: int) -> _Worker:
@@ -409,8 +448,14 @@ class BatchedEnv:
             raise payload
         return payload
 
-    def _replace_worker(self, position: int, error: EnvError) -> List[Tuple[int, str]]:
-        """Restart a lost worker with fresh seeds; its envs' episodes are dropped."""
+    def _replace_worker(self, position: int, error: EnvError, split: Optional[int] = None,
+                        other_splits: Sequence[int] = ()) -> List[Tuple[int, str]]:
+        """Restart a lost worker with fresh seeds; its envs' episodes are dropped.
+
+        The envs of ``split`` (all of the worker's envs if None) are returned as
+        failed truncations now; those of ``other_splits`` (also in flight when
+        the worker died) when their split is collected.
+        """
         from alf_async.utils.process import stop_processes
 
         old = self._workers[position]
@@ -423,31 +468,60 @@ class BatchedEnv:
         self._receive(worker)
         worker.conn.send((EnvCommand.RESET, ()))
         self._receive(worker)
-        a, idx = self.arrays, old.indices
+        worker.lost_splits = set(other_splits)
+        worker.lost_reason = error.details
+        return self._mark_lost(old.indices, split, error.details)
+
+    def _mark_lost(self, indices: List[int], split: Optional[int], reason: str
+                   ) -> List[Tuple[int, str]]:
+        """Report envs ``indices`` (those of ``split`` if given) as failed
+        truncations at their last good observation."""
+        idx = [k for k in indices if split is None or k % self.num_splits == split]
+        a = self.arrays
         a["final_observation"][idx] = self._last_observation[idx]
         a["reward"][idx] = 0.0
         a["terminated"][idx] = False
         a["truncated"][idx] = True
         a["env_failed"][idx] = True
-        return [(k, error.details) for k in idx]
+        return [(k, reason) for k in idx]
 
-    def _run(self, command: EnvCommand, *args) -> List[Tuple[int, str]]:
-        if self._group is not None:
-            return self._group.run(command, args)
+    def _send(self, command: EnvCommand, *args) -> None:
+        self.wait_for_workers()
         for worker in self._workers:
             try:
                 worker.conn.send((command, args))
             except (BrokenPipeError, OSError):
-                pass  # _receive reports the dead worker
+                pass  # _collect reports the dead worker
+
+    def _collect(self, command: EnvCommand, split: Optional[int] = None
+                 ) -> List[Tuple[int, str]]:
+        """Every worker's reply to ``command`` (sent for ``split``, or for all
+        envs when None); a worker lost during a step is replaced."""
         failures = []
-        for position, worker in enumerate(self._workers):
+        for position in range(len(self._workers)):
+            worker = self._workers[position]
+            if split is not None and split in worker.lost_splits:
+                # Its predecessor died with this split in flight: no reply comes.
+                worker.lost_splits.discard(split)
+                failures += self._mark_lost(worker.indices, split, worker.lost_reason)
+                continue
             try:
                 failures += self._receive(worker)
             except _WorkerLost as e:
                 if self.fatal_env_errors or command is not EnvCommand.STEP:
                     raise EnvError(e.env_name, e.env_index, e.details) from None
-                failures += self._replace_worker(position, e)
+                others = {s for s in self._in_flight if s != split}
+                failures += self._replace_worker(position, e, split, others)
         return failures
+
+    def _run(self, command: EnvCommand, *args) -> List[Tuple[int, str]]:
+        if self._in_flight:
+            raise RuntimeError(f"{command.value} while splits {sorted(self._in_flight)} "
+                               "are being stepped; call step_receive first")
+        if self._group is not None:
+            return self._group.run(command, args)
+        self._send(command, *args)
+        return self._collect(command)
 
     # -- the env interface ----------------------------------------------------
     def _note_failures(self, failures: List[Tuple[int, str]]) -> None:
@@ -477,23 +551,52 @@ class BatchedEnv:
     def step(self, action: np.ndarray) -> StepResult:
         """Step all envs with ``action`` [K, A] in [-1, 1] (clipped)."""
         self.arrays["action"][:] = action
-        failures = self._run(EnvCommand.STEP)
+        return self._result(slice(None), self._run(EnvCommand.STEP))
+
+    def step_send(self, split: int, action: np.ndarray) -> None:
+        """Start stepping the envs of ``split`` (``self.splits[split]``, K/S of
+        them) with ``action`` [K/S, A]; ``step_receive(split)`` returns the
+        result. With W >= 1 this returns at once (the workers step while the
+        caller works); with W = 0 the envs are stepped here."""
+        if split in self._in_flight:
+            raise RuntimeError(f"split {split} is already being stepped")
+        self.arrays["action"][self.splits[split]] = action
+        self._in_flight[split] = True
+        if self._group is not None:
+            self._group_failures[split] = self._group.step((split, self.num_splits))
+        else:
+            self._send(EnvCommand.STEP, (split, self.num_splits))
+
+    def step_receive(self, split: int) -> StepResult:
+        """Wait for the step of ``split`` started by ``step_send``; the result's
+        arrays are [K/S, ...] in the order of ``self.splits[split]``."""
+        if split not in self._in_flight:
+            raise RuntimeError(f"split {split} was not sent (step_send first)")
+        if self._group is not None:
+            failures = self._group_failures.pop(split)
+        else:
+            failures = self._collect(EnvCommand.STEP, split)
+        del self._in_flight[split]
+        return self._result(self.splits[split], failures)
+
+    def _result(self, envs: slice, failures: List[Tuple[int, str]]) -> StepResult:
+        """Book-keeping of a finished step of ``envs``; their StepResult."""
         a = self.arrays
-        reward = a["reward"].copy()
-        terminated = a["terminated"].copy()
-        truncated = a["truncated"].copy()
-        failed = a["env_failed"].copy()
-        self._episode_return += reward
-        self._episode_length += 1
-        for k in np.flatnonzero((terminated | truncated) & ~failed):
-            self._finished.append((float(self._episode_return[k]),
-                                   int(self._episode_length[k])))
-            self._episode_return[k] = 0.0
-            self._episode_length[k] = 0
+        reward = a["reward"][envs].copy()
+        terminated = a["terminated"][envs].copy()
+        truncated = a["truncated"][envs].copy()
+        failed = a["env_failed"][envs].copy()
+        returns, lengths = self._episode_return[envs], self._episode_length[envs]
+        returns += reward  # views: updates the batch's running sums
+        lengths += 1
+        for j in np.flatnonzero((terminated | truncated) & ~failed):
+            self._finished.append((float(returns[j]), int(lengths[j])))
+            returns[j] = 0.0
+            lengths[j] = 0
         self._note_failures(failures)
-        self._last_observation = a["observation"].copy()
-        return StepResult(self._last_observation.copy(), reward, terminated, truncated,
-                          a["final_observation"].copy())
+        self._last_observation[envs] = a["observation"][envs]
+        return StepResult(self._last_observation[envs].copy(), reward, terminated, truncated,
+                          a["final_observation"][envs].copy())
 
     def pop_finished_episodes(self) -> List[Tuple[float, int]]:
         """(return, length) of the episodes finished since the last call."""

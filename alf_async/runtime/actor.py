@@ -17,6 +17,7 @@ The actor-process loop (ALF semantics with ``slots_per_actor = 1``):
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -58,13 +59,17 @@ class Actor:
         self.settings = settings
         self.generation = generation
         s = settings
+        # The env workers start (and import, and build their envs) while this
+        # process builds its policy: the two heaviest start-up steps overlap.
         self.env = BatchedEnv(s.env_name, s.num_envs, s.num_env_workers,
                               seed=s.env_seed(actor_id, epoch, generation),
                               max_episode_steps=s.max_episode_steps,
-                              fatal_env_errors=s.fatal_env_errors, env_modules=env_modules)
+                              fatal_env_errors=s.fatal_env_errors, env_modules=env_modules,
+                              num_splits=s.env_splits, wait_for_workers=False)
         try:
             self.policy = policy_factory(self.env.observation_dim, self.env.action_spec,
                                          s.policy_seed(actor_id, epoch, generation))
+            self.env.wait_for_workers()
             self.version = -1
             self.digest = 0
             self._observation = self.env.reset()
@@ -92,41 +97,62 @@ class Actor:
                on_step: Optional[Callable[[], None]] = None) -> messages.UnrollRecord:
         """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory).
 
+        The envs are stepped in ``env_splits`` = S groups (``BatchedEnv.splits``):
+        the actions of group s for step t + 1 are computed while the env workers
+        step the other groups, so with W >= 1 and S = 2 the policy's inference
+        overlaps the envs' stepping. S = 1 is the plain act-then-step loop.
+        ``inference_s`` is the time spent in the policy, ``env_s`` the time spent
+        waiting for the envs (with S >= 2, less than their stepping time).
+
         ``on_step`` is called before every step (the actor process uses it to
         send heartbeats).
         """
         start = time.perf_counter()
-        inference_s = env_s = 0.0
-        obs = self._observation
-        for t in range(self.settings.unroll_length):
+        timing = {"inference": 0.0, "env": 0.0}
+        obs = self._observation  # [K, O], updated split by split
+        env, policy = self.env, self.policy
+        last = self.settings.unroll_length - 1
+
+        def act_and_send(split: int, t: int) -> None:
+            envs = env.splits[split]
+            t0 = time.perf_counter()
+            split_obs = np.ascontiguousarray(obs[envs])
+            action, log_prob, value = policy.act(split_obs)
+            out["observation"][t, envs] = split_obs
+            out["action"][t, envs] = action
+            out["log_prob"][t, envs] = log_prob
+            out["value"][t, envs] = value
+            timing["inference"] += time.perf_counter() - t0
+            env.step_send(split, action)
+
+        for split in range(env.num_splits):
+            act_and_send(split, 0)
+        for t in range(last + 1):
             if on_step is not None:
                 on_step()
-            t0 = time.perf_counter()
-            action, log_prob, value = self.policy.act(obs)
-            t1 = time.perf_counter()
-            result = self.env.step(action)
-            t2 = time.perf_counter()
-            out["observation"][t] = obs
-            out["action"][t] = action
-            out["log_prob"][t] = log_prob
-            out["value"][t] = value
-            out["reward"][t] = result.reward
-            out["terminated"][t] = result.terminated
-            out["truncated"][t] = result.truncated
-            truncation_value = out["truncation_value"][t]
-            truncation_value[:] = 0.0
-            if result.truncated.any():
-                idx = np.flatnonzero(result.truncated)
-                truncation_value[idx] = self.policy.value(result.final_observation[idx])
-            obs = result.observation
-            inference_s += t1 - t0 + time.perf_counter() - t2
-            env_s += t2 - t1
+            for split, envs in enumerate(env.splits):
+                t0 = time.perf_counter()
+                result = env.step_receive(split)
+                t1 = time.perf_counter()
+                timing["env"] += t1 - t0
+                out["reward"][t, envs] = result.reward
+                out["terminated"][t, envs] = result.terminated
+                out["truncated"][t, envs] = result.truncated
+                truncation_value = np.zeros(len(result.reward), np.float32)
+                if result.truncated.any():
+                    idx = np.flatnonzero(result.truncated)
+                    truncation_value[idx] = policy.value(result.final_observation[idx])
+                out["truncation_value"][t, envs] = truncation_value
+                obs[envs] = result.observation
+                timing["inference"] += time.perf_counter() - t1
+                if t < last:
+                    act_and_send(split, t + 1)
         t0 = time.perf_counter()
-        out["bootstrap_value"][:] = self.policy.value(obs)
-        inference_s += time.perf_counter() - t0
+        out["bootstrap_value"][:] = policy.value(obs)
+        timing["inference"] += time.perf_counter() - t0
         self._observation = obs
-        return messages.UnrollRecord(time.perf_counter() - start, inference_s, env_s,
-                                     self.settings.steps_per_batch,
+        return messages.UnrollRecord(time.perf_counter() - start, timing["inference"],
+                                     timing["env"], self.settings.steps_per_batch,
                                      self.env.pop_finished_episodes(), self.env.pop_failures())
 
     def batch_message(self, slot: int, wait_s: float,
@@ -146,7 +172,9 @@ class ActorLaunch:
     Attributes:
         actor_id, generation, epoch: see ``Actor``.
         settings: the run's settings.
-        policy_factory: builds the actor's policy.
+        policy_factory: builds the actor's policy, pickled (``pickle.dumps``):
+            unpickling it imports its module (torch, the networks), which the
+            process does only after starting its env workers.
         gin_config: gin bindings the process parses before building the policy
             (so that its networks match the learner's).
         slots_name, slot_specs: the shared trajectory slots to attach to.
@@ -159,7 +187,7 @@ class ActorLaunch:
     generation: int
     epoch: int
     settings: TrainerSettings
-    policy_factory: PolicyFactory
+    policy_factory: bytes
     gin_config: str
     slots_name: str
     slot_specs: Dict[str, ArraySpec]
@@ -201,6 +229,29 @@ def _wait_for_slot(conn, free: List[int], parent_pid: int, heartbeat: Callable[[
     return True, reseed_epoch
 
 
+def _launch_policy_factory(launch: ActorLaunch) -> PolicyFactory:
+    """The launch's policy factory, loaded when the Actor first calls it (after
+    it started its env workers): unpickle it (importing torch and the
+    networks), then parse the run's gin bindings so that the networks match
+    the learner's."""
+
+    def build(observation_dim, action_spec, seed):
+        import torch
+
+        torch.set_num_threads(1)
+        factory = pickle.loads(launch.policy_factory)
+        if launch.gin_config:
+            import gin
+
+            # Bindings of configurables this process never imports (the
+            # learner, the metrics) are skipped; the networks were registered
+            # by the factory's module, imported by the unpickling above.
+            gin.parse_config(launch.gin_config, skip_unknown=True)
+        return factory(observation_dim, action_spec, seed)
+
+    return build
+
+
 def actor_process_main(launch: ActorLaunch, conn) -> None:
     """Entry point of an actor process; see the module docstring for the loop."""
     from alf_async.utils.process import init_child_process
@@ -209,25 +260,15 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
     # the finally clauses, which stop env workers and release shared memory.
     init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid)
     signal.signal(signal.SIGTERM, _raise_system_exit)
-    import torch
-
-    torch.set_num_threads(1)
     from alf_async.runtime.trajectory import TrajectorySlots
     from alf_async.runtime.weight_store import WeightStore
 
     actor_id, generation = launch.actor_id, launch.generation
     actor = slots = store = None
     try:
-        if launch.gin_config:
-            import gin
-
-            # Bindings of configurables this process never imports (the learner,
-            # the metrics) are skipped; the networks are registered by the
-            # policy factory's module, imported when the launch was unpickled.
-            gin.parse_config(launch.gin_config, skip_unknown=True)
         slots = TrajectorySlots.attach(launch.slots_name, launch.slot_specs)
         store = WeightStore.attach(launch.store_name, launch.store_specs)
-        actor = Actor(actor_id, launch.settings, launch.policy_factory, launch.epoch,
+        actor = Actor(actor_id, launch.settings, _launch_policy_factory(launch), launch.epoch,
                       generation, env_modules=gin_imports(launch.gin_config))
         conn.send(messages.ActorReady(actor_id, generation, os.getpid(),
                                       actor.env.worker_pids))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -96,7 +97,7 @@ class ProcessActorPool:
 
     def _spawn(self, actor_id: int, generation: int) -> None:
         launch = ActorLaunch(actor_id, generation, self.epoch, self.settings,
-                             self.policy_factory, self.gin_config, self.slots.name,
+                             pickle.dumps(self.policy_factory), self.gin_config, self.slots.name,
                              self.slots.specs, self._slot_indices(actor_id),
                              self.store.name, self.store.specs, os.getpid())
         parent_conn, child_conn = self._ctx.Pipe()

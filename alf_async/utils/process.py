@@ -68,6 +68,13 @@ def stop_processes(processes: Iterable[mp.process.BaseProcess],
             p.join(2.0)
 
 
+def seconds_since_process_start() -> float:
+    """Seconds since this process was started (its interpreter launched)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 def describe_exit(exitcode: Optional[int]) -> str:
     """'exit code 3' or 'signal SIGKILL' for a process's exit code."""
     if exitcode is None:
