@@ -50,7 +50,8 @@ class TrainerSettings:
             inference leaves the critical path; with W = 0 splitting changes
             nothing but the order of work. Each env worker needs >= S envs.
             Trajectories are the same for any S given the same actions (a
-            stochastic policy draws its samples in another order).
+            stochastic policy draws its samples in another order, and a
+            network's outputs may differ in the last bits with the batch size).
         num_actors: N actor processes. 1 = synchronous, >= 2 = asynchronous.
         unroll_length: steps per env per trajectory.
         slots_per_actor: trajectories an actor may have in flight; 1 (default)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import numpy as np
+import psutil
 import pytest
 
 from alf_async.envs.batched_env import BatchedEnv
@@ -82,12 +84,26 @@ def test_batched_env_split_steps_equal_full_steps(num_workers):
     assert split[1] == plain[1] and plain[1]
 
 
+def kill_and_wait(pid: int) -> None:
+    """SIGKILL an env worker and wait until it is gone (so the next command
+    finds it dead, whatever the timing)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # not reaped here: its parent does that
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)
+
+
 def test_worker_lost_with_both_splits_in_flight():
     with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2) as env:
         obs = env.reset()
+        kill_and_wait(env.worker_pids[0])  # worker 0 holds envs 0 and 1
         for s, envs in enumerate(env.splits):
             env.step_send(s, np.zeros((2, ACT_DIM), np.float32))
-        os.kill(env.worker_pids[0], signal.SIGKILL)  # worker 0 holds envs 0 and 1
         first, second = env.step_receive(0), env.step_receive(1)
         # Split 0 = envs (0, 2), split 1 = envs (1, 3): env 0 and env 1 were lost.
         assert first.truncated.tolist() == [True, False]
@@ -100,6 +116,31 @@ def test_worker_lost_with_both_splits_in_flight():
         env.step(np.zeros((4, ACT_DIM), np.float32))
         env.step_send(1, np.zeros((2, ACT_DIM), np.float32))
         assert not env.step_receive(1).truncated.any()
+        assert env.pop_failures() == []
+
+
+def test_worker_lost_with_one_split_received_and_not_sent_again():
+    """Split 0 was received (the caller holds its observations) when worker 0
+    dies during split 1: the replacement resets env 0 too, so env 0's episode is
+    dropped at its next step, not silently continued from a new state."""
+    with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2) as env:
+        obs = env.reset()
+        for s, envs in enumerate(env.splits):
+            env.step_send(s, np.zeros((2, ACT_DIM), np.float32))
+        for s, envs in enumerate(env.splits):
+            obs[envs] = env.step_receive(s).observation
+        kill_and_wait(env.worker_pids[0])
+        env.step_send(1, np.zeros((2, ACT_DIM), np.float32))
+        second = env.step_receive(1)
+        assert second.truncated.tolist() == [True, False]  # env 1 (in flight)
+        assert sorted(k for k, _ in env.pop_failures()) == [1]
+        env.step_send(0, np.zeros((2, ACT_DIM), np.float32))
+        again = env.step_receive(0)
+        assert again.truncated.tolist() == [True, False]  # env 0, reset underneath
+        np.testing.assert_array_equal(again.final_observation[0], obs[0])
+        assert sorted(k for k, _ in env.pop_failures()) == [0]
+        env.step_send(0, np.zeros((2, ACT_DIM), np.float32))
+        assert not env.step_receive(0).truncated.any()
         assert env.pop_failures() == []
 
 

@@ -302,9 +302,12 @@ class _Worker:
     conn: object
     indices: List[int]
     seed: int
-    # Splits that were in flight when this worker's predecessor died (no reply
-    # will come for them), and why it died.
+    # When this worker replaced a dead one: the splits that were in flight (no
+    # reply will come for them), the splits whose envs it reset while the
+    # caller held their observations (their next step drops the episode), and
+    # why its predecessor died.
     lost_splits: Set[int] = field(default_factory=set)
+    reset_splits: Set[int] = field(default_factory=set)
     lost_reason: str = ""
 
 
@@ -452,9 +455,12 @@ class BatchedEnv:
                         other_splits: Sequence[int] = ()) -> List[Tuple[int, str]]:
         """Restart a lost worker with fresh seeds; its envs' episodes are dropped.
 
-        The envs of ``split`` (all of the worker's envs if None) are returned as
-        failed truncations now; those of ``other_splits`` (also in flight when
-        the worker died) when their split is collected.
+        The replacement resets all its envs. The envs of ``split`` (all of the
+        worker's envs if None) are returned as failed truncations now; those of
+        ``other_splits`` (also in flight when the worker died) when their split
+        is collected; those of the remaining splits (between a step_receive and
+        the next step_send, so the caller holds their old observations) at
+        their next step.
         """
         from alf_async.utils.process import stop_processes
 
@@ -469,6 +475,8 @@ class BatchedEnv:
         worker.conn.send((EnvCommand.RESET, ()))
         self._receive(worker)
         worker.lost_splits = set(other_splits)
+        if split is not None:
+            worker.reset_splits = set(range(self.num_splits)) - {split} - worker.lost_splits
         worker.lost_reason = error.details
         return self._mark_lost(old.indices, split, error.details)
 
@@ -507,6 +515,12 @@ class BatchedEnv:
                 continue
             try:
                 failures += self._receive(worker)
+                if split is not None and split in worker.reset_splits:
+                    # These envs were reset when the worker was replaced, after
+                    # the caller had their old observations: the episode is
+                    # dropped at this step.
+                    worker.reset_splits.discard(split)
+                    failures += self._mark_lost(worker.indices, split, worker.lost_reason)
             except _WorkerLost as e:
                 if self.fatal_env_errors or command is not EnvCommand.STEP:
                     raise EnvError(e.env_name, e.env_index, e.details) from None
@@ -557,7 +571,8 @@ class BatchedEnv:
         """Start stepping the envs of ``split`` (``self.splits[split]``, K/S of
         them) with ``action`` [K/S, A]; ``step_receive(split)`` returns the
         result. With W >= 1 this returns at once (the workers step while the
-        caller works); with W = 0 the envs are stepped here."""
+        caller works; the first command also waits for the workers' start-up
+        if the constructor did not); with W = 0 the envs are stepped here."""
         if split in self._in_flight:
             raise RuntimeError(f"split {split} is already being stepped")
         self.arrays["action"][self.splits[split]] = action
