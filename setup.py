@@ -32,6 +32,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7.4", "pytest-timeout>=2.1"],
+        # Trainer.backend="ray" (docs/distributed.md); tested with Ray 2.60.
+        "ray": ["ray>=2.40,<3"],
     },
     entry_points={
         "console_scripts": [

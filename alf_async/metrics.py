@@ -57,6 +57,10 @@ class IterationRecord:
     Faults and lag: actor_restarts, env_failures, dropped_batches (lost with a
     failed actor or older than Trainer.max_lag), dropped_env_steps (of batches
     dropped for lag); totals of this process's run.
+    Distribution (Ray backend): actor_node (id of the node the trained actor
+    runs on; "" for the process backends), bytes_moved (payload bytes moved
+    between learner and actors since the previous iteration: trajectories in,
+    weights out; 0 for the process backends, whose data stays in shared memory).
     Episodes: episodes_finished (in this batch), episode_return and
     episode_length (means over the recent-episodes window; NaN before any).
     learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
@@ -90,6 +94,8 @@ class IterationRecord:
     dropped_batches: int = 0
     dropped_env_steps: int = 0
     startup_s: float = NAN
+    actor_node: str = ""
+    bytes_moved: int = 0
     episode_return: float = NAN
     episode_length: float = NAN
     learner: Dict[str, float] = field(default_factory=dict)
@@ -110,7 +116,8 @@ class IterationRecord:
         for name, f in names.items():
             value = row.get(name)
             if value is None:
-                value = NAN if f.type in ("float", float) else 0
+                value = (NAN if f.type in ("float", float) else
+                         "" if f.type in ("str", str) else 0)
             values[name] = value
         learner = {k: (NAN if v is None else v) for k, v in row.items()
                    if k not in names and isinstance(v, (int, float, type(None)))}
@@ -152,6 +159,7 @@ TENSORBOARD_TAGS = {
     "startup_s": "time/startup_s",
     "queue_length": "async/queue_length",
     "lag": "async/lag",
+    "bytes_moved": "async/bytes_moved",
     "policy_loss": "ppo/policy_loss",
     "value_loss": "ppo/value_loss",
     "entropy": "ppo/entropy",

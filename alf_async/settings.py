@@ -17,21 +17,37 @@ Groups (by concern):
 - faults: max_actor_restarts, actor_timeout_s, fatal_env_errors;
 - resources: max_trajectory_memory_gb, learner_num_threads;
 - policy lag: max_lag.
+
+``RayBackendSettings`` (gin ``RayBackend.*``) holds what only the Ray backend
+reads: where the cluster is, and what each Ray actor asks of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Mapping, Optional
 
 import gin
 
 from alf_async.utils.seeding import derive_seed
 from alf_async.utils.validation import ConfigError, rule, validate_fields
 
-BACKENDS = ("process", "inprocess")
+BACKENDS = ("process", "inprocess", "ray")
 GIN_NAME = "Trainer"
+RAY_GIN_NAME = "RayBackend"
+PLACEMENT_STRATEGIES = ("SPREAD", "PACK")
+# The Ray versions the "ray" extra of setup.py admits (tested with 2.60).
+RAY_REQUIREMENT = "ray>=2.40,<3"
+
+
+def ray_installed() -> bool:
+    """Whether ``import ray`` can succeed (without importing it)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None
+        return False
 
 
 @gin.configurable(GIN_NAME)
@@ -59,8 +75,10 @@ class TrainerSettings:
         num_env_steps: budget in env steps (0 = no limit; one budget must be set).
         num_iterations: budget in training iterations (0 = no limit).
         seed: seeds the learner, the actors' sampling and the envs.
-        backend: "process" (actor processes) or "inprocess" (N = 1 only; the
-            actor runs in the trainer's process).
+        backend: "process" (actor processes), "inprocess" (N = 1 only; the
+            actor runs in the trainer's process) or "ray" (each actor is a Ray
+            actor, on any node of a Ray cluster; see ``RayBackend.*`` and
+            docs/distributed.md).
         checkpoint_interval: iterations between checkpoints (a final one is
             always written).
         reseed_at_checkpoints: at each periodic checkpoint the actor just
@@ -130,6 +148,11 @@ class TrainerSettings:
                 "Set a budget: Trainer.num_env_steps and/or Trainer.num_iterations must be "
                 f"> 0 (got num_env_steps={self.num_env_steps}, "
                 f"num_iterations={self.num_iterations})")
+        if self.backend == "ray" and not ray_installed():
+            raise ConfigError(
+                "Trainer.backend='ray' needs Ray, which is not installed; install it with "
+                f"pip install -e \".[ray]\" (from the alf_async checkout) or "
+                f"pip install \"{RAY_REQUIREMENT}\"")
         if self.backend == "inprocess" and self.num_actors != 1:
             raise ConfigError("Trainer.backend='inprocess' runs one actor; set "
                               f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")
@@ -169,3 +192,66 @@ class TrainerSettings:
     def as_dict(self) -> Dict[str, Any]:
         """Plain values, for checkpoints and logs."""
         return dataclasses.asdict(self)
+
+
+@gin.configurable(RAY_GIN_NAME)
+@dataclass(frozen=True)
+class RayBackendSettings:
+    """Where the Ray backend finds its cluster and what each Ray actor asks of it.
+
+    Read only when ``Trainer.backend = "ray"``; bound in gin as
+    ``RayBackend.<name>``.
+
+    Args:
+        address: the Ray cluster to use. None starts a local Ray instance for
+            the run (listening on loopback only) and shuts it down at the end;
+            "auto" joins the cluster running on this machine (``ray start
+            --head`` here, or ``ray start --address=...`` to join this machine to
+            one); "ray://host:port" connects through Ray Client; "host:port"
+            joins that cluster's GCS. A driver already connected (``ray.init``
+            called by the user) is used as it is.
+        num_cpus_per_actor: CPUs each Ray actor reserves on its node (None:
+            1 + Trainer.num_env_workers, the actor process and its env
+            workers).
+        resources_per_actor: custom resources each actor asks for, e.g.
+            ``{"simulator": 1}`` to place actors on nodes started with
+            ``ray start --resources='{"simulator": 4}'``.
+        placement_strategy: "SPREAD" (actors go to different nodes where they
+            fit: the envs of N actors get N nodes' cores) or "PACK" (actors fill
+            one node before the next: a placement group with one bundle per
+            actor; a restarted actor goes back to its bundle).
+        num_cpus: CPUs of a local instance (address None; None: Ray counts them).
+        object_store_memory_mb: object-store size of a local instance in MiB
+            (None: Ray's default, 30% of the memory).
+        connect_timeout_s: seconds to wait for the actors' resources to become
+            available before the run fails naming what could not be placed.
+    """
+
+    gin_name: ClassVar[str] = RAY_GIN_NAME
+
+    address: Optional[str] = field(default=None, metadata=rule("str", optional=True))
+    num_cpus_per_actor: Optional[float] = field(default=None, metadata=rule(
+        "number", low=0, optional=True))
+    resources_per_actor: Mapping[str, float] = field(default_factory=dict)
+    placement_strategy: str = field(default="SPREAD", metadata=rule(
+        "choice", choices=PLACEMENT_STRATEGIES))
+    num_cpus: Optional[int] = field(default=None, metadata=rule("int", low=1, optional=True))
+    object_store_memory_mb: Optional[int] = field(default=None, metadata=rule(
+        "int", low=80, optional=True))
+    connect_timeout_s: float = field(default=120.0, metadata=rule("number", low=0,
+                                                                  low_open=True))
+
+    def __post_init__(self) -> None:
+        validate_fields(self, RAY_GIN_NAME)
+        resources = self.resources_per_actor
+        if not isinstance(resources, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                and v >= 0 for k, v in resources.items()):
+            raise ConfigError(f"RayBackend.resources_per_actor must map resource names to "
+                              f"amounts >= 0, e.g. {{'simulator': 1}}; got {resources!r}")
+
+    def actor_cpus(self, num_env_workers: int) -> float:
+        """CPUs one actor reserves: the knob, or 1 + W."""
+        if self.num_cpus_per_actor is not None:
+            return float(self.num_cpus_per_actor)
+        return 1.0 + num_env_workers

@@ -94,6 +94,7 @@ class Trainer:
         self._episode_window: Dict[str, list] = {}
         self.startup_s = NAN  # set when the actors are ready
         self._first_iteration = 1
+        self._bytes_moved_before = 0  # the pool's bytes_moved at the previous record
 
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, metrics: MetricsRecorder) -> str:
@@ -260,6 +261,8 @@ class Trainer:
                 T: float, learner_wait_s: float, learner_train_s: float) -> IterationRecord:
         s, c, u = self.settings, self.counters, message.unroll
         pool = self.pool.stats()
+        bytes_moved = pool.bytes_moved - self._bytes_moved_before
+        self._bytes_moved_before = pool.bytes_moved
         return IterationRecord(
             iteration=int(c["iteration"]), env_steps=int(c["env_steps"]),
             episodes=int(c["episodes"]), wall_time=c["wall_time"], num_envs=s.num_envs,
@@ -275,4 +278,5 @@ class Trainer:
             dropped_batches=pool.dropped_batches + self.dropped_stale["batches"],
             dropped_env_steps=self.dropped_stale["env_steps"],
             startup_s=self.startup_s if c["iteration"] == self._first_iteration else NAN,
+            actor_node=pool.actor_nodes.get(message.actor_id, ""), bytes_moved=bytes_moved,
             learner=dict(stats))

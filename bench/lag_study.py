@@ -9,7 +9,10 @@ final checkpoint, clean exit) or at ``--max_env_steps``.
 
 Configurations (``--configs`` picks some by name, in this order):
 
-- ``sync``: N = 1 (lag 0; every lag correction is PPO2 here);
+- ``sync``: N = 1 (lag 0);
+- ``sync_decoupled``: N = 1 with the decoupled objective (without lag it differs
+  from PPO2 only by the observation statistics the actor and the learner
+  used: the clip is centred on the learner's own view of the batch);
 - ``n2_none`` / ``n2_decoupled`` / ``n2_vtrace``: N = 2 with
   ``PPOLearner.lag_correction`` none (PPO2), decoupled, vtrace;
 - ``n4_none`` / ``n4_decoupled`` / ``n4_vtrace``: the same with N = 4;
@@ -71,6 +74,7 @@ BEHAVIOUR_STATS = "PPOLearner.observation_stats='behaviour'"
 # name -> (gin file, bindings); the order is the order runs are made in.
 CONFIGS: Dict[str, Tuple[str, List[str]]] = {
     "sync": (SYNC_GIN, []),
+    "sync_decoupled": (SYNC_GIN, [DECOUPLED]),
     "n2_none": _async(2),
     "n2_decoupled": _async(2, DECOUPLED),
     "n2_vtrace": _async(2, VTRACE),

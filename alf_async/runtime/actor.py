@@ -197,7 +197,7 @@ class ActorLaunch:
     parent_pid: int
 
 
-def _short_failures(record: messages.UnrollRecord, limit: int = 4000) -> None:
+def shorten_failures(record: messages.UnrollRecord, limit: int = 4000) -> None:
     """Cut the failures' tracebacks to their last ``limit`` characters."""
     record.env_failures = [(k, text[-limit:]) for k, text in record.env_failures]
 
@@ -229,24 +229,24 @@ def _wait_for_slot(conn, free: List[int], parent_pid: int, heartbeat: Callable[[
     return True, reseed_epoch
 
 
-def _launch_policy_factory(launch: ActorLaunch) -> PolicyFactory:
-    """The launch's policy factory, loaded when the Actor first calls it (after
-    it started its env workers): unpickle it (importing torch and the
-    networks), then parse the run's gin bindings so that the networks match
-    the learner's."""
+def build_policy_factory(pickled_factory: bytes, gin_config: str) -> PolicyFactory:
+    """A policy factory for an actor process (or Ray actor), loaded when the
+    Actor first calls it (after it started its env workers): unpickle it
+    (importing torch and the networks), then parse the run's gin bindings so
+    that the networks match the learner's."""
 
     def build(observation_dim, action_spec, seed):
         import torch
 
         torch.set_num_threads(1)
-        factory = pickle.loads(launch.policy_factory)
-        if launch.gin_config:
+        factory = pickle.loads(pickled_factory)
+        if gin_config:
             import gin
 
             # Bindings of configurables this process never imports (the
             # learner, the metrics) are skipped; the networks were registered
             # by the factory's module, imported by the unpickling above.
-            gin.parse_config(launch.gin_config, skip_unknown=True)
+            gin.parse_config(gin_config, skip_unknown=True)
         return factory(observation_dim, action_spec, seed)
 
     return build
@@ -268,7 +268,8 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
     try:
         slots = TrajectorySlots.attach(launch.slots_name, launch.slot_specs)
         store = WeightStore.attach(launch.store_name, launch.store_specs)
-        actor = Actor(actor_id, launch.settings, _launch_policy_factory(launch), launch.epoch,
+        actor = Actor(actor_id, launch.settings,
+                      build_policy_factory(launch.policy_factory, launch.gin_config), launch.epoch,
                       generation, env_modules=gin_imports(launch.gin_config))
         conn.send(messages.ActorReady(actor_id, generation, os.getpid(),
                                       actor.env.worker_pids))
@@ -297,7 +298,7 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
                 actor.load_weights(*newer)
             wait_s = time.perf_counter() - wait_start
             record = actor.unroll(slots.slot(slot), on_step=heartbeat)
-            _short_failures(record)
+            shorten_failures(record)
             conn.send(actor.batch_message(slot, wait_s, record))
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):
         pass

@@ -14,7 +14,8 @@ Trainer drives any pool the same way:
 
 Implementations: ``ProcessActorPool`` (runtime.process_pool; one process per
 actor, the default), ``InProcessActorPool`` (runtime.inprocess_pool; N = 1 in the
-trainer's process, the reference path). Every pool keeps the same contract:
+trainer's process, the reference path), ``RayActorPool`` (runtime.ray_pool; one
+Ray actor per actor, on any node of a Ray cluster). Every pool keeps the same contract:
 ``slots_per_actor`` trajectories in flight per actor, N = 1 exactly synchronous,
 lag <= N - 1 with one slot per actor (runtime.scheduler), failed actors restarted
 up to ``max_actor_restarts`` (then ``ActorPoolError``), every child process and
@@ -23,7 +24,7 @@ shared-memory block released by ``close()`` on every path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
@@ -43,18 +44,43 @@ class ActorStartupError(ActorPoolError):
     restarted. The message is the failure's own last line."""
 
 
+def last_line(text: str) -> str:
+    """The last non-empty line of a traceback: the error itself."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else str(text)
+
+
+def check_restart_allowed(failure: str, fatal: bool, restarts: int,
+                          max_restarts: int) -> None:
+    """Raise ``ActorPoolError`` if a failed actor may not be restarted: its env
+    errors are fatal (``Trainer.fatal_env_errors``) or no restart is left."""
+    if fatal:
+        raise ActorPoolError(f"{failure}\nenv errors are fatal (Trainer.fatal_env_errors"
+                             "=True); stopping the run")
+    if restarts >= max_restarts:
+        raise ActorPoolError(f"{failure}\nno restart left (max_actor_restarts="
+                             f"{max_restarts}); stopping the run")
+
+
 @dataclass
 class PoolStats:
     """Counters of a pool, read by the Trainer after each iteration.
 
     queue_length: batches received and not yet handed to the learner.
     restarts: actor restarts so far (over the whole run of this pool).
-    dropped_batches: batches lost with a failed actor (never trained on).
+    dropped_batches: batches lost with a failed actor (never trained on; the
+        Ray pool counts the failed actor's unfinished calls too).
+    bytes_moved: payload bytes the pool moved between learner and actors so far
+        (trajectories in, weights out), for pools whose actors may run on other
+        machines (Ray); 0 where everything stays in this machine's shared memory.
+    actor_nodes: actor id -> id of the node it runs on (Ray); empty otherwise.
     """
 
     queue_length: int
     restarts: int
     dropped_batches: int
+    bytes_moved: int = 0
+    actor_nodes: Dict[int, str] = field(default_factory=dict)
 
 
 class ActorPool(Protocol):
@@ -92,7 +118,7 @@ class ActorPool(Protocol):
 def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
                     example_weights: Mapping[str, np.ndarray], observation_dim: int,
                     action_dim: int, gin_config: str = "", epoch: int = 0) -> ActorPool:
-    """The pool of ``settings.backend`` ("process" or "inprocess")."""
+    """The pool of ``settings.backend`` ("process", "inprocess" or "ray")."""
     if settings.backend == "inprocess":
         from alf_async.runtime.inprocess_pool import InProcessActorPool
 
@@ -100,6 +126,11 @@ def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
 
         return InProcessActorPool(settings, policy_factory, observation_dim, action_dim,
                                   epoch=epoch, env_modules=gin_imports(gin_config))
+    if settings.backend == "ray":
+        from alf_async.runtime.ray_pool import RayActorPool
+
+        return RayActorPool(settings, policy_factory, observation_dim, action_dim,
+                            gin_config=gin_config, epoch=epoch)
     from alf_async.runtime.process_pool import ProcessActorPool
 
     return ProcessActorPool(settings, policy_factory, example_weights, observation_dim,

@@ -23,7 +23,8 @@ import numpy as np
 
 from alf_async.runtime import messages
 from alf_async.runtime.actor import ActorLaunch, actor_process_main
-from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError, PoolStats
+from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
+                                         check_restart_allowed, last_line)
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import TrajectorySlots
@@ -32,12 +33,6 @@ from alf_async.settings import TrainerSettings
 from alf_async.utils.process import describe_exit, mp_context, stop_processes
 
 logger = logging.getLogger("alf_async")
-
-
-def _last_line(text: str) -> str:
-    """The last non-empty line of a traceback: the error itself."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else text
 
 
 @dataclass
@@ -153,20 +148,14 @@ class ProcessActorPool:
         if not handle.ready:
             stop_processes([handle.process], grace_s=3.0)
             handle.conn.close()
-            raise ActorStartupError(f"actor {actor_id} could not start: {_last_line(reason)}")
+            raise ActorStartupError(f"actor {actor_id} could not start: {last_line(reason)}")
         message = f"actor {actor_id} (pid {handle.process.pid}) failed: {reason}"
         logger.error(message)
         # Its pending batches live in slots the restarted actor will reuse.
         self.dropped_batches += self._scheduler.drop_actor(actor_id)
         stop_processes([handle.process], grace_s=3.0)
         handle.conn.close()
-        if fatal:
-            raise ActorPoolError(f"{message}\nenv errors are fatal (Trainer.fatal_env_errors"
-                                 "=True); stopping the run")
-        if self.restarts >= self.settings.max_actor_restarts:
-            raise ActorPoolError(
-                f"{message}\nno restart left (max_actor_restarts="
-                f"{self.settings.max_actor_restarts}); stopping the run")
+        check_restart_allowed(message, fatal, self.restarts, self.settings.max_actor_restarts)
         self.restarts += 1
         logger.warning("restarting actor %d with fresh envs (restart %d of %d)", actor_id,
                        self.restarts, self.settings.max_actor_restarts)

@@ -1,0 +1,553 @@
+"""``RayActorPool``: N Ray actors feeding one learner (``Trainer.backend = "ray"``).
+
+Each actor is a Ray actor (``_RayActor``, one per ``Trainer.num_actors``) that
+owns an ``Actor``: a policy copy and a ``BatchedEnv`` of K envs with its own W
+env-worker processes on the actor's node, exactly as in an actor process. The
+learner stays in the driver (the trainer's process). What crosses the cluster:
+
+- weights: one object per version (``ray.put`` once when published); an unroll
+  call carries the reference, so each node fetches a version once however many
+  of its actors use it;
+- trajectories: an unroll call returns (``BatchReady``, [T, K, ...] arrays) as
+  one object, which the learner fetches when the scheduler picks the batch.
+
+The contract is the process pool's (runtime.actor_pool): ``slots_per_actor``
+unroll calls in flight per actor ("slots" are call tokens here, no shared
+memory), N = 1 exactly synchronous, the same ``LagScheduler`` (oldest version
+first, lag <= N - 1), the same restart budget. An actor that dies (its process,
+or the node under it) fails its calls with a Ray actor error: the pool drops its
+pending and in-flight batches (counted), kills it and starts a fresh one. An actor
+whose unroll makes no progress for ``actor_timeout_s`` (asked every few seconds
+through a separate concurrency group, so the question is answered mid-unroll) is
+killed and restarted too.
+
+An actor starts with the weights of the version current when its slot is handed
+out (at ``release``), which with one slot per actor is the newest version, as
+in the process pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from alf_async.config import gin_imports
+from alf_async.envs.batched_env import EnvError
+from alf_async.runtime import messages
+from alf_async.runtime.actor import (HEARTBEAT_INTERVAL_S, Actor, build_policy_factory,
+                                    shorten_failures)
+from alf_async.runtime.actor_pool import (ActorStartupError, PoolStats, check_restart_allowed,
+                                         last_line)
+from alf_async.runtime.policy import PolicyFactory
+from alf_async.runtime.scheduler import LagScheduler
+from alf_async.runtime.trajectory import allocate_trajectory
+from alf_async.settings import RayBackendSettings, TrainerSettings
+from alf_async.utils.shared_memory import sweep_stale_blocks
+
+logger = logging.getLogger("alf_async")
+
+# Ray decides a node's address from its default route unless told otherwise; a
+# local instance started for one run serves this machine only, so it listens on
+# loopback (Ray's switch for that is this variable, read when ray is imported).
+_LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray runs its workers at nice 15 by default; on the learner's own machine the
+# actors then starve whenever the learner (nice 0) trains. A local instance runs
+# them at the learner's priority, as the process backend does.
+_WORKER_NICENESS = "RAY_worker_niceness"
+
+
+def import_ray(local_instance: bool):
+    """``import ray``; for a local instance, first make it bind to loopback and
+    run its workers at normal priority (both read by Ray from the environment)."""
+    if local_instance:
+        os.environ.setdefault(_WORKER_NICENESS, "0")
+        if "ray" not in sys.modules:
+            os.environ.setdefault(_LOOPBACK_SWITCH, "0")
+    import ray
+
+    return ray
+
+
+@dataclass
+class RayActorLaunch:
+    """What a Ray actor is constructed with (plain values and bytes, so that
+    Ray can deserialize it before the user's modules are importable).
+
+    Attributes:
+        actor_id, generation, epoch: see ``runtime.actor.Actor``.
+        settings: the run's settings.
+        policy_factory: the policy factory, pickled; unpickled after
+            ``sys_path`` is in place (it may live in the user's modules).
+        gin_config: bindings parsed before the policy is built.
+        sys_path: the driver's ``sys.path``; entries that exist on the actor's
+            node are added to its own (user env modules, a project's folder).
+    """
+
+    actor_id: int
+    generation: int
+    epoch: int
+    settings: TrainerSettings
+    policy_factory: bytes
+    gin_config: str
+    sys_path: List[str]
+
+
+class _RayActor:
+    """The body of a Ray actor: one ``Actor`` and a private trajectory buffer."""
+
+    def __init__(self, launch: RayActorLaunch):
+        for entry in reversed(launch.sys_path):
+            if entry not in sys.path and os.path.isdir(entry):
+                sys.path.insert(0, entry)
+        sweep_stale_blocks()  # blocks of actors killed on this node before
+        s = launch.settings
+        self._last_progress = time.monotonic()
+        self._idle_since = time.perf_counter()
+        self.actor = Actor(launch.actor_id, s, build_policy_factory(
+            launch.policy_factory, launch.gin_config), launch.epoch, launch.generation,
+            env_modules=gin_imports(launch.gin_config))
+        self.buffer = allocate_trajectory(s.unroll_length, s.num_envs,
+                                          self.actor.env.observation_dim,
+                                          self.actor.env.action_spec.dim)
+
+    def ready(self) -> Tuple[int, List[int], str]:
+        """(pid, env-worker pids, node id), once the envs are built."""
+        import ray
+
+        return os.getpid(), list(self.actor.env.worker_pids), \
+            ray.get_runtime_context().get_node_id()
+
+    def _progress(self) -> None:
+        self._last_progress = time.monotonic()
+
+    def unroll(self, slot: int, version: int, weights: Mapping[str, np.ndarray],
+               reseed_epoch: Optional[int]) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
+        """Unroll T steps with weights ``version`` (loaded if newer than held)."""
+        self._progress()
+        if reseed_epoch is not None:
+            self.actor.reseed(reseed_epoch)
+        if version > self.actor.version:
+            self.actor.load_weights(version, weights)
+        wait_s = time.perf_counter() - self._idle_since
+        record = self.actor.unroll(self.buffer, on_step=self._progress)
+        shorten_failures(record)
+        message = self.actor.batch_message(slot, wait_s, record)
+        self._idle_since = time.perf_counter()
+        return message, self.buffer  # copied into the object store by Ray
+
+    def seconds_since_progress(self) -> float:
+        """Seconds since the unroll last stepped (answered mid-unroll)."""
+        return time.monotonic() - self._last_progress
+
+    def close(self) -> None:
+        """Stop the env workers and release their shared memory."""
+        self.actor.close()
+
+
+@dataclass
+class _Handle:
+    actor_id: int
+    generation: int
+    remote: Any  # the Ray actor handle
+    ready_ref: Any
+    ready: bool = False
+    pid: Optional[int] = None
+    env_worker_pids: Tuple[int, ...] = ()
+    node_id: str = ""
+    busy_since: Optional[float] = None  # monotonic time its oldest call was handed out
+    probe_ref: Any = None
+    probe_sent: float = 0.0
+    last_progress: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Call:
+    """An unroll call in flight."""
+
+    actor_id: int
+    generation: int
+    slot: int
+
+
+class RayActorPool:
+    """The ``ActorPool`` of ``Trainer.backend = "ray"`` (see the module docstring).
+
+    Args:
+        settings: the run's settings (N, K, W, slots_per_actor, fault knobs).
+        policy_factory: builds each actor's policy (in the Ray actor).
+        observation_dim, action_dim: O and A.
+        gin_config: bindings each actor parses (network sizes, env modules).
+        epoch: iteration the run starts from (seeds the actors).
+        ray_settings: the cluster and placement (default: gin's ``RayBackend.*``).
+        startup_timeout_s: time an actor may take to build its envs once placed.
+    """
+
+    def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
+                 observation_dim: int, action_dim: int, gin_config: str = "",
+                 epoch: int = 0, ray_settings: Optional[RayBackendSettings] = None,
+                 startup_timeout_s: float = 120.0):
+        self.settings = settings
+        self.ray_settings = rs = ray_settings or RayBackendSettings()
+        self.gin_config = gin_config
+        self.epoch = epoch
+        self.startup_timeout_s = startup_timeout_s
+        self.restarts = 0
+        self.dropped_batches = 0
+        self.bytes_moved = 0
+        self._policy_factory = pickle.dumps(policy_factory)
+        self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor)
+        self._handles: Dict[int, _Handle] = {}
+        self._calls: Dict[Any, _Call] = {}  # object ref -> call
+        self._arrived: Dict[int, Dict[str, np.ndarray]] = {}  # slot -> arrays
+        self._weights: Optional[Tuple[int, Any, int]] = None  # (version, ref, nbytes)
+        self._placement_group = None
+        self._closed = False
+        self._trajectory_bytes = None
+        self.ray = import_ray(local_instance=rs.address is None and not self._connected())
+        self._owns_ray = False
+        self._connect()
+        try:
+            # "control": progress questions and close, answered mid-unroll.
+            self._remote_class = self.ray.remote(
+                concurrency_groups={"control": 1})(_RayActor)
+            self._make_placement()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection -------------------------------------------------------------
+    @staticmethod
+    def _connected() -> bool:
+        ray = sys.modules.get("ray")
+        return bool(ray is not None and ray.is_initialized())
+
+    def _connect(self) -> None:
+        ray, rs = self.ray, self.ray_settings
+        if ray.is_initialized():
+            return  # the user (or a test) connected this driver already
+        kwargs: Dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
+        if rs.address is None:
+            kwargs.update(include_dashboard=False, num_cpus=rs.num_cpus,
+                          _node_ip_address="127.0.0.1")
+            if rs.object_store_memory_mb:
+                kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
+        else:
+            kwargs["address"] = rs.address
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = "a local Ray instance" if rs.address is None else \
+                f"the Ray cluster at RayBackend.address={rs.address!r}"
+            raise ActorStartupError(f"could not start or reach {where}: "
+                                    f"{last_line(e)}") from None
+        self._owns_ray = True
+        logger.info("Ray: %s, %d node(s), %s CPUs", "local instance started"
+                    if rs.address is None else f"connected to {rs.address}",
+                    len([n for n in ray.nodes() if n.get("Alive")]),
+                    ray.cluster_resources().get("CPU", 0))
+
+    def _make_placement(self) -> None:
+        """PACK: a placement group with one bundle per actor."""
+        if self.ray_settings.placement_strategy != "PACK":
+            return
+        from ray.util.placement_group import placement_group
+
+        bundles = [self._actor_resources() for _ in range(self.settings.num_actors)]
+        self._placement_group = placement_group(bundles, strategy="PACK")
+        if not self._wait([self._placement_group.ready()], self.ray_settings.connect_timeout_s):
+            raise ActorStartupError(
+                f"the Ray cluster could not place {self.settings.num_actors} actors of "
+                f"{bundles[0]} within RayBackend.connect_timeout_s="
+                f"{self.ray_settings.connect_timeout_s:g} s (cluster resources: "
+                f"{self.ray.cluster_resources()})")
+
+    def _wait(self, refs: Sequence[Any], timeout: float) -> bool:
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        return len(ready) == len(refs)
+
+    def _actor_resources(self) -> Dict[str, float]:
+        resources = {"CPU": self.ray_settings.actor_cpus(self.settings.num_env_workers)}
+        resources.update(self.ray_settings.resources_per_actor)
+        return resources
+
+    # -- actors -----------------------------------------------------------------
+    def _actor_options(self, actor_id: int) -> Dict[str, Any]:
+        rs = self.ray_settings
+        options: Dict[str, Any] = {
+            "num_cpus": rs.actor_cpus(self.settings.num_env_workers),
+            "resources": dict(rs.resources_per_actor),
+            "name": None, "max_restarts": 0, "max_task_retries": 0,
+        }
+        if self._placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                self._placement_group, placement_group_bundle_index=actor_id)
+        else:
+            options["scheduling_strategy"] = "SPREAD"
+        return options
+
+    def _spawn(self, actor_id: int, generation: int) -> None:
+        launch = RayActorLaunch(actor_id, generation, self.epoch, self.settings,
+                                self._policy_factory, self.gin_config, list(sys.path))
+        remote = self._remote_class.options(**self._actor_options(actor_id)).remote(launch)
+        handle = _Handle(actor_id, generation, remote, remote.ready.remote())
+        self._handles[actor_id] = handle
+        first = actor_id * self.settings.slots_per_actor
+        for slot in range(first, first + self.settings.slots_per_actor):
+            self._hand_out(handle, slot, None)
+
+    def _hand_out(self, handle: _Handle, slot: int, reseed_epoch: Optional[int]) -> None:
+        """Start an unroll call of ``handle`` into ``slot`` with the newest weights."""
+        version, weights_ref, nbytes = self._weights
+        self._scheduler.handed_out(slot, version)
+        ref = handle.remote.unroll.remote(slot, version, weights_ref, reseed_epoch)
+        self._calls[ref] = _Call(handle.actor_id, handle.generation, slot)
+        self.bytes_moved += nbytes
+        if handle.busy_since is None:
+            handle.busy_since = time.monotonic()
+            handle.last_progress = handle.busy_since
+
+    def publish_weights(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
+        """One object per version: ``ray.put`` once, every actor fetches it by ref."""
+        payload = {k: np.array(v, copy=True) for k, v in arrays.items()}
+        nbytes = sum(v.nbytes for v in payload.values())
+        self._weights = (version, self.ray.put(payload), nbytes)
+
+    def start(self) -> None:
+        """Start every actor and wait until each has built its envs."""
+        for actor_id in range(self.settings.num_actors):
+            self._spawn(actor_id, 0)
+        limit_s = self.startup_timeout_s + self.ray_settings.connect_timeout_s
+        deadline = time.monotonic() + limit_s
+        while not all(h.ready for h in self._handles.values()):
+            if time.monotonic() > deadline:
+                late = [h.actor_id for h in self._handles.values() if not h.ready]
+                raise ActorStartupError(
+                    f"Ray actors {late} were not ready within {limit_s:.0f} s: the cluster may "
+                    f"lack {self._actor_resources()} per actor (cluster resources: "
+                    f"{self.ray.cluster_resources()})")
+            self._poll(1.0)
+
+    @property
+    def pids(self) -> List[int]:
+        """Pids of the Ray actor processes and their env workers (any node)."""
+        pids: List[int] = []
+        for h in self._handles.values():
+            if h.pid is not None:
+                pids.append(h.pid)
+            pids.extend(h.env_worker_pids)
+        return pids
+
+    @property
+    def actor_nodes(self) -> Dict[int, str]:
+        """Actor id -> Ray node id of the node it runs on ("" before it is ready)."""
+        return {h.actor_id: h.node_id for h in self._handles.values()}
+
+    def actor_handle(self, actor_id: int):
+        """The Ray actor handle of actor ``actor_id`` (tests kill it)."""
+        return self._handles[actor_id].remote
+
+    # -- failures -----------------------------------------------------------------
+    def _kill(self, handle: _Handle) -> None:
+        try:
+            self.ray.kill(handle.remote, no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _forget_calls(self, actor_id: int) -> int:
+        """Drop the in-flight calls and arrived batches of ``actor_id``; how many."""
+        refs = [ref for ref, call in self._calls.items() if call.actor_id == actor_id]
+        for ref in refs:
+            del self._calls[ref]
+        dropped = len(refs) + self._scheduler.drop_actor(actor_id)
+        first = actor_id * self.settings.slots_per_actor
+        for slot in range(first, first + self.settings.slots_per_actor):
+            self._arrived.pop(slot, None)
+        return dropped
+
+    def restart_actor(self, actor_id: int, reason: str, fatal: bool = False) -> None:
+        """Kill actor ``actor_id``, drop its batches, start a fresh one."""
+        handle = self._handles[actor_id]
+        if not handle.ready:
+            self._kill(handle)
+            raise ActorStartupError(f"actor {actor_id} could not start: {last_line(reason)}")
+        where = f"pid {handle.pid}, node {handle.node_id[:12]}"
+        message = f"actor {actor_id} ({where}) failed: {reason}"
+        logger.error(message)
+        self.dropped_batches += self._forget_calls(actor_id)
+        self._kill(handle)
+        sweep_stale_blocks()  # its env workers' blocks, when it ran on this machine
+        check_restart_allowed(message, fatal, self.restarts, self.settings.max_actor_restarts)
+        self.restarts += 1
+        logger.warning("restarting actor %d with fresh envs (restart %d of %d)", actor_id,
+                       self.restarts, self.settings.max_actor_restarts)
+        self._spawn(actor_id, handle.generation + 1)
+
+    def _probe_hung_actors(self) -> None:
+        """Ask busy actors how long ago their unroll last stepped; restart silent ones."""
+        timeout = self.settings.actor_timeout_s
+        if not timeout:
+            return
+        now = time.monotonic()
+        for handle in list(self._handles.values()):
+            if not handle.ready or handle.busy_since is None:
+                continue
+            if handle.probe_ref is None and now - handle.probe_sent >= HEARTBEAT_INTERVAL_S:
+                handle.probe_ref = handle.remote.seconds_since_progress.options(
+                    concurrency_group="control").remote()
+                handle.probe_sent = now
+            silent = now - max(handle.last_progress, handle.busy_since)
+            if silent > timeout:
+                self.restart_actor(handle.actor_id, f"no progress for {silent:.0f} s "
+                                                    f"(hung); killed")
+
+    # -- results ------------------------------------------------------------------
+    def _handle_of(self, actor_id: int, generation: int) -> Optional[_Handle]:
+        handle = self._handles.get(actor_id)
+        return handle if handle is not None and handle.generation == generation else None
+
+    def _on_ready(self, handle: _Handle) -> None:
+        try:
+            pid, worker_pids, node_id = self.ray.get(handle.ready_ref)
+        except self.ray.exceptions.RayError as e:
+            self.restart_actor(handle.actor_id, _describe_ray_error(e))
+            return
+        handle.ready, handle.pid, handle.node_id = True, pid, node_id
+        handle.env_worker_pids = tuple(worker_pids)
+        handle.ready_ref = None
+        logger.info("actor %d ready on node %s (pid %d)", handle.actor_id, node_id[:12], pid)
+
+    def _on_result(self, ref: Any) -> None:
+        call = self._calls.pop(ref)
+        handle = self._handle_of(call.actor_id, call.generation)
+        if handle is None:
+            return  # a call of a replaced actor
+        try:
+            message, arrays = self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as e:
+            env_index = e.cause.env_index if isinstance(e.cause, EnvError) else None
+            where = f" (env index {env_index})" if env_index is not None else ""
+            self.restart_actor(call.actor_id, f"exception{where}:\n{_describe_ray_error(e)}",
+                               fatal=self.settings.fatal_env_errors and env_index is not None)
+            return
+        except self.ray.exceptions.RayError as e:
+            self.restart_actor(call.actor_id, _describe_ray_error(e))
+            return
+        # Writable copies: the learner may convert them to tensors in place.
+        batch = {k: np.array(v, copy=True) for k, v in arrays.items()}
+        if self._trajectory_bytes is None:
+            self._trajectory_bytes = sum(v.nbytes for v in batch.values())
+        self.bytes_moved += self._trajectory_bytes
+        self._arrived[message.slot] = batch
+        message.sent_at = time.monotonic()  # arrival at the learner (clocks differ by node)
+        self._scheduler.arrived(message)
+        handle.last_progress = time.monotonic()
+        if not any(c.actor_id == handle.actor_id for c in self._calls.values()):
+            handle.busy_since = None
+
+    def _on_probe(self, handle: _Handle) -> None:
+        ref, handle.probe_ref = handle.probe_ref, None
+        try:
+            seconds = float(self.ray.get(ref))
+        except self.ray.exceptions.RayError:
+            return  # the actor's death reaches us through its unroll call
+        handle.last_progress = max(handle.last_progress, time.monotonic() - seconds)
+
+    def _poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for any call to finish and handle what finished."""
+        waiting: Dict[Any, Tuple[str, Any]] = {ref: ("unroll", ref) for ref in self._calls}
+        for h in self._handles.values():
+            if h.ready_ref is not None:
+                waiting[h.ready_ref] = ("ready", h)
+            if h.probe_ref is not None:
+                waiting[h.probe_ref] = ("probe", h)
+        done = []
+        if waiting:
+            done, _ = self.ray.wait(list(waiting), num_returns=1, timeout=timeout)
+            more, _ = self.ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            done = list(dict.fromkeys(list(done) + list(more)))
+        else:
+            time.sleep(timeout)
+        for ref in done:
+            kind, what = waiting[ref]
+            if kind == "unroll":
+                if ref in self._calls:
+                    self._on_result(ref)
+            elif kind == "ready":
+                if self._handles.get(what.actor_id) is what and what.ready_ref is ref:
+                    self._on_ready(what)
+            elif self._handles.get(what.actor_id) is what and what.probe_ref is ref:
+                self._on_probe(what)
+        self._probe_hung_actors()
+
+    def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
+        """Block until the scheduler picks a batch; returns its message and arrays."""
+        while True:
+            message = self._scheduler.next(self._weights[0])
+            if message is not None:
+                return message, self._arrived[message.slot]
+            self._poll(1.0)
+
+    def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
+        """Hand the slot back: the actor's next unroll call starts with the newest weights."""
+        if reseed_epoch is not None:
+            self.epoch = reseed_epoch
+        self._arrived.pop(message.slot, None)
+        handle = self._handle_of(message.actor_id, message.generation)
+        if handle is None:
+            return
+        self._hand_out(handle, message.slot, reseed_epoch)
+
+    def stats(self) -> PoolStats:
+        return PoolStats(len(self._scheduler), self.restarts, self.dropped_batches,
+                         bytes_moved=self.bytes_moved, actor_nodes=self.actor_nodes)
+
+    def close(self) -> None:
+        """Stop every actor (env workers first), then Ray if this pool started it."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self.ray
+        handles = list(self._handles.values())
+        closing = []
+        for h in handles:
+            try:
+                closing.append(h.remote.close.options(concurrency_group="control").remote())
+            except Exception:  # noqa: BLE001
+                pass
+        if closing:
+            try:
+                ray.wait(closing, num_returns=len(closing), timeout=10)
+            except Exception:  # noqa: BLE001
+                pass
+        for h in handles:
+            self._kill(h)
+        self._handles, self._calls, self._arrived = {}, {}, {}
+        self._weights = None
+        if self._placement_group is not None:
+            try:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self._placement_group)
+            except Exception:  # noqa: BLE001
+                pass
+        if self._owns_ray:
+            ray.shutdown()
+        sweep_stale_blocks()
+
+
+def _describe_ray_error(error: Exception) -> str:
+    """A Ray error as the user needs it: the actor's traceback, or why it died."""
+    cause = getattr(error, "cause", None)
+    if cause is not None and not isinstance(cause, type(error)):
+        text = str(error)
+        return text[-4000:]
+    return f"{type(error).__name__}: {last_line(str(error))}"

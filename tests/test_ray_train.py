@@ -1,0 +1,148 @@
+"""The train command with ``Trainer.backend="ray"``, as a user runs it.
+
+- The run starts its own local Ray instance (``RayBackend.address`` None), trains
+  with N = 2 Ray actors (each with an env-worker process), records the node of each batch's actor and the bytes
+  moved; Ctrl-C (SIGINT to the process group) writes the final checkpoint, exits
+  130 and leaves no Ray actor, no raylet / GCS / worker and no env worker behind.
+- The checkpoint resumes on the process backend, and that one back on Ray.
+- ``backend="ray"`` without Ray installed exits 2 saying how to install it, and
+  the library imports without Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Set, Tuple
+
+import psutil
+import pytest
+
+from reliability_helpers import REPO_ROOT, TrainRun, checkpoint_files, small_params
+
+RAY = ("Trainer.backend='ray'", "RayBackend.num_cpus=4")
+LONG = 100000  # iterations: the run only ends through the signal
+
+# Processes of a Ray instance (by name or command line).
+RAY_PROCESS_MARKS = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard",
+                     "log_monitor.py", "monitor.py", "runtime_env", "ray/_private")
+
+
+def _cmdline(p: psutil.Process):
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def ray_processes() -> Set[Tuple[int, float]]:
+    """(pid, create time) of every Ray process on this machine."""
+    found = set()
+    for p in psutil.process_iter(["pid", "name", "cmdline", "create_time"]):
+        text = " ".join([p.info["name"] or ""] + (p.info["cmdline"] or []))
+        if any(mark in text for mark in RAY_PROCESS_MARKS) and p.info["pid"] != os.getpid():
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    found.add((p.info["pid"], p.info["create_time"]))
+            except psutil.Error:
+                pass
+    return found
+
+
+def new_ray_processes(before: Set[Tuple[int, float]], timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        left = ray_processes() - before
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(420)
+def test_ray_run_ctrl_c_cleanup_and_resume_across_backends(tmp_path):
+    root = str(tmp_path / "run")
+    before = ray_processes()
+    params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
+                          "Trainer.checkpoint_interval=1000", *RAY, iterations=LONG)
+    with TrainRun(root, params) as run:
+        run.wait_for_iteration(3, timeout=240)
+        workers = [p for p in run.descendants() if "spawn_main" in " ".join(_cmdline(p))]
+        assert len(workers) == 2, "one env worker per Ray actor, under the run"
+        run.signal_group(signal.SIGINT)
+        rc = run.wait(90)
+        run.assert_clean(timeout=20)
+        out = run.output()
+    assert rc == 130, out[-4000:]
+    assert "final checkpoint written" in out, out[-4000:]
+    assert not new_ray_processes(before), "Ray processes left after Ctrl-C"
+    # Every batch names the node of the actor that unrolled it, and bytes moved.
+    rows = run.metrics()
+    assert all(r["actor_node"] for r in rows)
+    assert all(r["bytes_moved"] > 0 for r in rows)
+    assert {r["actor_id"] for r in rows} == {0, 1}
+    stopped_at = rows[-1]["iteration"]
+
+    # The Ray run's checkpoint resumes on the process backend ...
+    with TrainRun(root, ["Trainer.backend='process'", f"Trainer.num_iterations={stopped_at + 2}"],
+                  gin_file=None) as run:
+        assert run.wait(180) == 0, run.output()[-4000:]
+        run.assert_clean()
+        out = run.output()
+    assert "resumed from" in out and "backend 'ray' -> 'process'" in out, out[-4000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == stopped_at + 2 and rows[-1]["actor_node"] == ""
+
+    # ... and that one back on Ray.
+    with TrainRun(root, [*RAY, f"Trainer.num_iterations={stopped_at + 4}"],
+                  gin_file=None) as run:
+        assert run.wait(240) == 0, run.output()[-4000:]
+        run.assert_clean(timeout=20)
+    assert run.metrics()[-1]["iteration"] == stopped_at + 4
+    assert len(checkpoint_files(root)) >= 1
+    assert not new_ray_processes(before), "Ray processes left after the resumed run"
+
+
+def test_backend_ray_without_ray_exits_2(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; "
+            "from alf_async.bin.train import run_main; run_main()")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, f"--root_dir={tmp_path / 'run'}",
+         "--gin_file=ppo_bullet_inverted_pendulum.gin", "--gin_param=Trainer.backend='ray'"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Trainer.backend='ray' needs Ray" in proc.stderr
+    assert 'pip install -e ".[ray]"' in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()  # a config error leaves no run directory
+
+
+def test_the_library_does_not_import_ray():
+    code = ("import sys; import alf_async.trainer, alf_async.bin.train, alf_async.bin.sweep, "
+            "alf_async.runtime.actor_pool; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"placement_strategy": "RANDOM"}, "RayBackend.placement_strategy"),
+    ({"resources_per_actor": {"simulator": -1}}, "RayBackend.resources_per_actor"),
+    ({"num_cpus_per_actor": -1}, "RayBackend.num_cpus_per_actor"),
+    ({"object_store_memory_mb": 10}, "RayBackend.object_store_memory_mb"),
+])
+def test_bad_ray_settings_name_the_parameter(changes, named):
+    from alf_async.settings import RayBackendSettings
+    from alf_async.utils.validation import ConfigError
+
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        RayBackendSettings(**changes)
+
+
+def test_actor_cpus_default_to_one_plus_env_workers():
+    from alf_async.settings import RayBackendSettings
+
+    assert RayBackendSettings().actor_cpus(2) == 3.0
+    assert RayBackendSettings(num_cpus_per_actor=0.5).actor_cpus(2) == 0.5
