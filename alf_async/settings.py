@@ -249,6 +249,15 @@ class RayBackendSettings:
                 and v >= 0 for k, v in resources.items()):
             raise ConfigError(f"RayBackend.resources_per_actor must map resource names to "
                               f"amounts >= 0, e.g. {{'simulator': 1}}; got {resources!r}")
+        reserved = sorted(set(resources) & {"CPU", "GPU", "memory", "object_store_memory"})
+        if reserved:
+            raise ConfigError(f"RayBackend.resources_per_actor takes custom resources only; "
+                              f"set CPUs with RayBackend.num_cpus_per_actor (got {reserved})")
+        if (self.placement_strategy == "PACK" and self.num_cpus_per_actor == 0
+                and not any(resources.values())):
+            raise ConfigError("RayBackend.placement_strategy='PACK' needs a positive amount "
+                              "per actor: RayBackend.num_cpus_per_actor > 0 or a custom "
+                              "resource in RayBackend.resources_per_actor")
 
     def actor_cpus(self, num_env_workers: int) -> float:
         """CPUs one actor reserves: the knob, or 1 + W."""

@@ -49,7 +49,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="logical CPUs of each node (actors reserve 1 each)")
     p.add_argument("--num_envs", type=int, default=4, help="K")
     p.add_argument("--unroll_length", type=int, default=64)
-    p.add_argument("--num_epochs", type=int, default=10,
+    p.add_argument("--num_epochs", type=int, default=30,
                    help="PPO epochs: sets the learner's time per batch, L")
     p.add_argument("--iterations", type=int, default=24)
     p.add_argument("--warmup", type=int, default=6)

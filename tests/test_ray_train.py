@@ -4,7 +4,8 @@
   with N = 2 Ray actors (each with an env-worker process), records the node of each batch's actor and the bytes
   moved; Ctrl-C (SIGINT to the process group) writes the final checkpoint, exits
   130 and leaves no Ray actor, no raylet / GCS / worker and no env worker behind.
-- The checkpoint resumes on the process backend, and that one back on Ray.
+- The checkpoint resumes on the process backend, and that one back on Ray, where
+  SIGTERM to the trainer alone also writes the final checkpoint (exit 143).
 - ``backend="ray"`` without Ray installed exits 2 saying how to install it, and
   the library imports without Ray.
 """
@@ -95,13 +96,18 @@ def test_ray_run_ctrl_c_cleanup_and_resume_across_backends(tmp_path):
     rows = run.metrics()
     assert rows[-1]["iteration"] == stopped_at + 2 and rows[-1]["actor_node"] == ""
 
-    # ... and that one back on Ray.
-    with TrainRun(root, [*RAY, f"Trainer.num_iterations={stopped_at + 4}"],
-                  gin_file=None) as run:
-        assert run.wait(240) == 0, run.output()[-4000:]
+    # ... and that one back on Ray, stopped by SIGTERM to the trainer alone (as a
+    # service manager or a sweep does): final checkpoint, exit 143, nothing left.
+    with TrainRun(root, [*RAY, f"Trainer.num_iterations={LONG}"], gin_file=None) as run:
+        run.wait_for_iteration(stopped_at + 4, timeout=240)
+        run.signal(signal.SIGTERM)
+        rc = run.wait(90)
         run.assert_clean(timeout=20)
-    assert run.metrics()[-1]["iteration"] == stopped_at + 4
-    assert len(checkpoint_files(root)) >= 1
+        out = run.output()
+    assert rc == 143, out[-4000:]
+    assert "final checkpoint written" in out, out[-4000:]
+    last = run.metrics()[-1]["iteration"]
+    assert checkpoint_files(root)[-1].endswith(f"ckpt-{last}.pt")
     assert not new_ray_processes(before), "Ray processes left after the resumed run"
 
 
@@ -132,6 +138,8 @@ def test_the_library_does_not_import_ray():
     ({"resources_per_actor": {"simulator": -1}}, "RayBackend.resources_per_actor"),
     ({"num_cpus_per_actor": -1}, "RayBackend.num_cpus_per_actor"),
     ({"object_store_memory_mb": 10}, "RayBackend.object_store_memory_mb"),
+    ({"resources_per_actor": {"CPU": 2}}, "RayBackend.resources_per_actor"),
+    ({"placement_strategy": "PACK", "num_cpus_per_actor": 0}, "RayBackend.placement_strategy"),
 ])
 def test_bad_ray_settings_name_the_parameter(changes, named):
     from alf_async.settings import RayBackendSettings

@@ -31,7 +31,9 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -43,8 +45,8 @@ from alf_async.envs.batched_env import EnvError
 from alf_async.runtime import messages
 from alf_async.runtime.actor import (HEARTBEAT_INTERVAL_S, Actor, build_policy_factory,
                                     shorten_failures)
-from alf_async.runtime.actor_pool import (ActorStartupError, PoolStats, check_restart_allowed,
-                                         last_line)
+from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
+                                         check_restart_allowed, last_line)
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import allocate_trajectory
@@ -99,8 +101,18 @@ class RayActorLaunch:
     sys_path: List[str]
 
 
+class _UnrollStopped(Exception):
+    """Raised inside an unroll that ``close()`` asked to stop."""
+
+
 class _RayActor:
-    """The body of a Ray actor: one ``Actor`` and a private trajectory buffer."""
+    """The body of a Ray actor: one ``Actor`` and a private trajectory buffer.
+
+    ``unroll`` runs on the actor's default thread; ``seconds_since_progress``
+    and ``close`` run on its "control" thread, so they are answered mid-unroll.
+    ``close`` asks a running unroll to stop at its next step and waits for it
+    before closing the envs (their pipes are not shared between threads).
+    """
 
     def __init__(self, launch: RayActorLaunch):
         for entry in reversed(launch.sys_path):
@@ -108,6 +120,9 @@ class _RayActor:
                 sys.path.insert(0, entry)
         sweep_stale_blocks()  # blocks of actors killed on this node before
         s = launch.settings
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
         self._last_progress = time.monotonic()
         self._idle_since = time.perf_counter()
         self.actor = Actor(launch.actor_id, s, build_policy_factory(
@@ -125,29 +140,37 @@ class _RayActor:
             ray.get_runtime_context().get_node_id()
 
     def _progress(self) -> None:
+        if self._stop.is_set():
+            raise _UnrollStopped("the pool is closing")
         self._last_progress = time.monotonic()
 
     def unroll(self, slot: int, version: int, weights: Mapping[str, np.ndarray],
                reseed_epoch: Optional[int]) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
         """Unroll T steps with weights ``version`` (loaded if newer than held)."""
-        self._progress()
-        if reseed_epoch is not None:
-            self.actor.reseed(reseed_epoch)
-        if version > self.actor.version:
-            self.actor.load_weights(version, weights)
-        wait_s = time.perf_counter() - self._idle_since
-        record = self.actor.unroll(self.buffer, on_step=self._progress)
-        shorten_failures(record)
-        message = self.actor.batch_message(slot, wait_s, record)
-        self._idle_since = time.perf_counter()
-        return message, self.buffer  # copied into the object store by Ray
+        self._idle.clear()
+        try:
+            self._progress()
+            if reseed_epoch is not None:
+                self.actor.reseed(reseed_epoch)
+            if version > self.actor.version:
+                self.actor.load_weights(version, weights)
+            wait_s = time.perf_counter() - self._idle_since
+            record = self.actor.unroll(self.buffer, on_step=self._progress)
+            shorten_failures(record)
+            message = self.actor.batch_message(slot, wait_s, record)
+            self._idle_since = time.perf_counter()
+            return message, self.buffer  # copied into the object store by Ray
+        finally:
+            self._idle.set()
 
     def seconds_since_progress(self) -> float:
         """Seconds since the unroll last stepped (answered mid-unroll)."""
         return time.monotonic() - self._last_progress
 
-    def close(self) -> None:
-        """Stop the env workers and release their shared memory."""
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop a running unroll, then the env workers (their shared memory freed)."""
+        self._stop.set()
+        self._idle.wait(wait_s)
         self.actor.close()
 
 
@@ -158,6 +181,7 @@ class _Handle:
     remote: Any  # the Ray actor handle
     ready_ref: Any
     ready: bool = False
+    spawned_at: float = field(default_factory=time.monotonic)
     pid: Optional[int] = None
     env_worker_pids: Tuple[int, ...] = ()
     node_id: str = ""
@@ -208,8 +232,10 @@ class RayActorPool:
         self._arrived: Dict[int, Dict[str, np.ndarray]] = {}  # slot -> arrays
         self._weights: Optional[Tuple[int, Any, int]] = None  # (version, ref, nbytes)
         self._placement_group = None
+        self._started = False
         self._closed = False
         self._trajectory_bytes = None
+        self._weights_fetched: set = set()  # (node id, version) pairs counted
         self.ray = import_ray(local_instance=rs.address is None and not self._connected())
         self._owns_ray = False
         self._connect()
@@ -234,12 +260,16 @@ class RayActorPool:
             return  # the user (or a test) connected this driver already
         kwargs: Dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
         if rs.address is None:
-            kwargs.update(include_dashboard=False, num_cpus=rs.num_cpus,
+            # "local": a new instance even where RAY_ADDRESS names a cluster.
+            kwargs.update(address="local", include_dashboard=False, num_cpus=rs.num_cpus,
                           _node_ip_address="127.0.0.1")
             if rs.object_store_memory_mb:
                 kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
         else:
             kwargs["address"] = rs.address
+        # ray.init installs a SIGTERM handler that exits at once; the run's own
+        # (a final checkpoint, exit 143) stays in charge.
+        sigterm_handler = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -247,6 +277,10 @@ class RayActorPool:
                 f"the Ray cluster at RayBackend.address={rs.address!r}"
             raise ActorStartupError(f"could not start or reach {where}: "
                                     f"{last_line(e)}") from None
+        finally:
+            if threading.current_thread() is threading.main_thread() \
+                    and sigterm_handler is not None:
+                signal.signal(signal.SIGTERM, sigterm_handler)
         self._owns_ray = True
         logger.info("Ray: %s, %d node(s), %s CPUs", "local instance started"
                     if rs.address is None else f"connected to {rs.address}",
@@ -310,7 +344,10 @@ class RayActorPool:
         self._scheduler.handed_out(slot, version)
         ref = handle.remote.unroll.remote(slot, version, weights_ref, reseed_epoch)
         self._calls[ref] = _Call(handle.actor_id, handle.generation, slot)
-        self.bytes_moved += nbytes
+        node = handle.node_id or f"actor {handle.actor_id}"  # not placed yet
+        if (node, version) not in self._weights_fetched:
+            self._weights_fetched.add((node, version))  # a node fetches a version once
+            self.bytes_moved += nbytes
         if handle.busy_since is None:
             handle.busy_since = time.monotonic()
             handle.last_progress = handle.busy_since
@@ -320,6 +357,7 @@ class RayActorPool:
         payload = {k: np.array(v, copy=True) for k, v in arrays.items()}
         nbytes = sum(v.nbytes for v in payload.values())
         self._weights = (version, self.ray.put(payload), nbytes)
+        self._weights_fetched = {k for k in self._weights_fetched if k[1] >= version - 1}
 
     def start(self) -> None:
         """Start every actor and wait until each has built its envs."""
@@ -335,6 +373,7 @@ class RayActorPool:
                     f"lack {self._actor_resources()} per actor (cluster resources: "
                     f"{self.ray.cluster_resources()})")
             self._poll(1.0)
+        self._started = True
 
     @property
     def pids(self) -> List[int]:
@@ -384,12 +423,28 @@ class RayActorPool:
         logger.error(message)
         self.dropped_batches += self._forget_calls(actor_id)
         self._kill(handle)
-        sweep_stale_blocks()  # its env workers' blocks, when it ran on this machine
+        if handle.pid and _wait_for_exit([handle.pid], 5.0):
+            sweep_stale_blocks()  # its env workers' blocks, when it ran on this machine
         check_restart_allowed(message, fatal, self.restarts, self.settings.max_actor_restarts)
         self.restarts += 1
         logger.warning("restarting actor %d with fresh envs (restart %d of %d)", actor_id,
                        self.restarts, self.settings.max_actor_restarts)
         self._spawn(actor_id, handle.generation + 1)
+
+    def _check_unplaced_actors(self) -> None:
+        """Stop the run if a (re)started actor is not ready within the start-up
+        limit: the cluster has no room for it (a node was removed, resources are
+        taken), and waiting would block the learner for ever."""
+        if not self._started:
+            return  # start() has its own limit (ActorStartupError, exit 2)
+        limit_s = self.startup_timeout_s + self.ray_settings.connect_timeout_s
+        now = time.monotonic()
+        for handle in self._handles.values():
+            if not handle.ready and now - handle.spawned_at > limit_s:
+                raise ActorPoolError(
+                    f"Ray actor {handle.actor_id} was not ready {limit_s:.0f} s after it was "
+                    f"started: the cluster may lack {self._actor_resources()} for it "
+                    f"(available: {self.ray.available_resources()}); stopping the run")
 
     def _probe_hung_actors(self) -> None:
         """Ask busy actors how long ago their unroll last stepped; restart silent ones."""
@@ -423,6 +478,10 @@ class RayActorPool:
         handle.ready, handle.pid, handle.node_id = True, pid, node_id
         handle.env_worker_pids = tuple(worker_pids)
         handle.ready_ref = None
+        # Silence is counted from here: waiting for a node and starting up are not hangs.
+        handle.last_progress = time.monotonic()
+        if handle.busy_since is not None:
+            handle.busy_since = handle.last_progress
         logger.info("actor %d ready on node %s (pid %d)", handle.actor_id, node_id[:12], pid)
 
     def _on_result(self, ref: Any) -> None:
@@ -463,17 +522,21 @@ class RayActorPool:
 
     def _poll(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for any call to finish and handle what finished."""
-        waiting: Dict[Any, Tuple[str, Any]] = {ref: ("unroll", ref) for ref in self._calls}
+        # Ready answers first: an actor's first unroll may fail in the same poll.
+        waiting: Dict[Any, Tuple[str, Any]] = {}
         for h in self._handles.values():
             if h.ready_ref is not None:
                 waiting[h.ready_ref] = ("ready", h)
+        for h in self._handles.values():
             if h.probe_ref is not None:
                 waiting[h.probe_ref] = ("probe", h)
+        waiting.update({ref: ("unroll", ref) for ref in self._calls})
         done = []
         if waiting:
             done, _ = self.ray.wait(list(waiting), num_returns=1, timeout=timeout)
             more, _ = self.ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
-            done = list(dict.fromkeys(list(done) + list(more)))
+            finished = set(done) | set(more)
+            done = [ref for ref in waiting if ref in finished]  # in the order above
         else:
             time.sleep(timeout)
         for ref in done:
@@ -486,6 +549,7 @@ class RayActorPool:
                     self._on_ready(what)
             elif self._handles.get(what.actor_id) is what and what.probe_ref is ref:
                 self._on_probe(what)
+        self._check_unplaced_actors()
         self._probe_hung_actors()
 
     def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
@@ -530,6 +594,7 @@ class RayActorPool:
                 pass
         for h in handles:
             self._kill(h)
+        _wait_for_exit([p for h in handles for p in ((h.pid,) if h.pid else ())], 10.0)
         self._handles, self._calls, self._arrived = {}, {}, {}
         self._weights = None
         if self._placement_group is not None:
@@ -542,6 +607,26 @@ class RayActorPool:
         if self._owns_ray:
             ray.shutdown()
         sweep_stale_blocks()
+
+
+def _wait_for_exit(pids: Sequence[int], timeout_s: float) -> bool:
+    """Wait until the Ray actor processes ``pids`` that run on this machine have
+    exited (``ray.kill`` returns before they have); True if none is left."""
+    import psutil
+
+    def local_actor(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).name().startswith("ray::") or any(
+                "ray::" in part for part in psutil.Process(pid).cmdline()[:1])
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in pids if local_actor(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if local_actor(p)]
+    return not left
 
 
 def _describe_ray_error(error: Exception) -> str:
