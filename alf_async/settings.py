@@ -220,7 +220,9 @@ class RayBackendSettings:
             fit: the envs of N actors get N nodes' cores) or "PACK" (actors fill
             one node before the next: a placement group with one bundle per
             actor; a restarted actor goes back to its bundle).
-        num_cpus: CPUs of a local instance (address None; None: Ray counts them).
+        num_cpus: logical CPUs of a local instance (address None; None: the
+            machine's cores, or N x the actors' CPUs if more, so that every
+            actor fits; the actors then share the cores as actor processes do).
         object_store_memory_mb: object-store size of a local instance in MiB
             (None: Ray's default, 30% of the memory).
         connect_timeout_s: seconds to wait for the actors' resources to become

@@ -9,7 +9,8 @@ after another. Per N it reports T, EPS, the learner's training time L and the
 actors' unroll time U (means after ``--warmup`` iterations), and
 
 - ideal_EPS = min(N x EPS(N = 1), K / L): linear scaling until the learner,
-  training back to back, is the bottleneck;
+  training back to back, is the bottleneck (L of that run: with many actors on
+  few cores the learner itself slows down, which lowers its limit);
 - efficiency = EPS / ideal_EPS;
 - learner_busy = L / T: the learner's share of the time (1.0 = saturated).
 
@@ -17,8 +18,9 @@ Because the env waits instead of computing, N actors need far fewer than N cores
 and the curve shows the runtime's scaling, not this machine's core count.
 
 Output: one JSON line {"bench": "ray_scaling", "runs": [{"N", "T", "EPS", "L",
-"U", "ideal_EPS", "efficiency", "learner_busy"}, ...], "learner_limit_EPS",
-"saturates_at_N", ...}. ``--plot FILE`` also draws EPS and ideal EPS against N.
+"U", "learner_limit_EPS", "ideal_EPS", "efficiency", "learner_busy"}, ...],
+"saturates_at_N" (the first N whose learner is busy >= 80% of the time), ...}.
+``--plot FILE`` also draws EPS and ideal EPS against N.
 
 Full size:  python -m bench.ray_scaling --plot docs/eps_report/ray_scaling.png
 Smoke run:  python -m bench.ray_scaling --num_actors 1,2 --iterations 4 --warmup 1 --nodes 2
@@ -85,7 +87,7 @@ def plot(runs: List[Dict[str, Any]], path: str) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ns = [r["N"] for r in runs]
     ax.plot(ns, [r["EPS"] for r in runs], "o-", label="measured EPS")
-    ax.plot(ns, [r["ideal_EPS"] for r in runs], "--", label="min(N x EPS(1), K / L)")
+    ax.plot(ns, [r["ideal_EPS"] for r in runs], "--", label="min(N x EPS(1), K / L of the run)")
     ax.set_xlabel("Ray actors N")
     ax.set_ylabel("EPS (envs / s)")
     ax.set_xticks(ns)
@@ -123,9 +125,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         cluster.shutdown()
     base = next((r for r in runs if r["N"] == 1), runs[0])
     eps_per_actor = base["EPS"] / base["N"]
-    learner_limit = args.num_envs / benchlib.mean(r["L"] for r in runs)
     for r in runs:
-        r["ideal_EPS"] = min(r["N"] * eps_per_actor, learner_limit)
+        r["learner_limit_EPS"] = args.num_envs / r["L"]
+        r["ideal_EPS"] = min(r["N"] * eps_per_actor, r["learner_limit_EPS"])
         r["efficiency"] = r["EPS"] / r["ideal_EPS"]
         r["learner_busy"] = r["L"] / r["T"]
     saturated = [r["N"] for r in runs if r["learner_busy"] >= 0.8]
@@ -133,8 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         plot(runs, args.plot)
     benchlib.emit({"bench": "ray_scaling", "env": ENV, "nodes": args.nodes,
                    "num_envs": args.num_envs, "unroll_length": args.unroll_length,
-                   "runs": runs, "learner_limit_EPS": learner_limit,
-                   "saturates_at_N": saturated[0] if saturated else None,
+                   "runs": runs, "saturates_at_N": saturated[0] if saturated else None,
                    **benchlib.machine_info()})
     return 0
 

@@ -202,20 +202,25 @@ def test_node_removed_mid_run(cluster):
     pool = make_pool(2)
     removed = {}
 
-    def remove_node_of_actor_1(i, pool):
+    def remove_a_worker_node(i, pool):
+        """Removes the worker node of one actor (SPREAD may put an actor on the
+        head node, which the cluster cannot remove)."""
         if i == 2:
-            node_id = pool._handles[1].node_id
-            node = next(n for n in cluster.worker_nodes if n.node_id == node_id)
-            removed["node"] = node_id
-            cluster.remove_node(node)
+            workers = {n.node_id: n for n in cluster.worker_nodes}
+            actor = next(a for a, handle in pool._handles.items()
+                         if handle.node_id in workers)
+            removed["actor"] = actor
+            removed["node"] = pool._handles[actor].node_id
+            cluster.remove_node(workers[removed["node"]])
 
     try:
-        batches = drive(pool, 8, during=remove_node_of_actor_1)
+        batches = drive(pool, 8, during=remove_a_worker_node)
         stats = pool.stats()
     finally:
         pool.close()
+    actor = removed["actor"]
     assert stats.restarts == 1
-    assert stats.actor_nodes[1] != removed["node"]
-    assert {m.generation for m, _ in batches if m.actor_id == 1} == {0, 1}
+    assert stats.actor_nodes[actor] != removed["node"]
+    assert {m.generation for m, _ in batches if m.actor_id == actor} == {0, 1}
     assert len(batches) == 8
     assert all(np.isfinite(a["reward"]).all() for _, a in batches)

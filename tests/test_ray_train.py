@@ -24,7 +24,7 @@ import pytest
 
 from reliability_helpers import REPO_ROOT, TrainRun, checkpoint_files, small_params
 
-RAY = ("Trainer.backend='ray'", "RayBackend.num_cpus=4")
+RAY = ("Trainer.backend='ray'",)  # a local instance sized by the run (N x (1 + W) CPUs)
 LONG = 100000  # iterations: the run only ends through the signal
 
 # Processes of a Ray instance (by name or command line).

@@ -261,7 +261,8 @@ class RayActorPool:
         kwargs: Dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
         if rs.address is None:
             # "local": a new instance even where RAY_ADDRESS names a cluster.
-            kwargs.update(address="local", include_dashboard=False, num_cpus=rs.num_cpus,
+            kwargs.update(address="local", include_dashboard=False,
+                          num_cpus=rs.num_cpus or self._local_cpus(),
                           _node_ip_address="127.0.0.1")
             if rs.object_store_memory_mb:
                 kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
@@ -286,6 +287,14 @@ class RayActorPool:
                     if rs.address is None else f"connected to {rs.address}",
                     len([n for n in ray.nodes() if n.get("Alive")]),
                     ray.cluster_resources().get("CPU", 0))
+
+    def _local_cpus(self) -> int:
+        """Logical CPUs of a local instance: the machine's, or enough for all N
+        actors' reservations if more (on one machine the actors share its cores,
+        as actor processes of the process backend do)."""
+        needed = self.settings.num_actors * self.ray_settings.actor_cpus(
+            self.settings.num_env_workers)
+        return max(os.cpu_count() or 1, int(-(-needed // 1)))
 
     def _make_placement(self) -> None:
         """PACK: a placement group with one bundle per actor."""
@@ -592,6 +601,7 @@ class RayActorPool:
                 ray.wait(closing, num_returns=len(closing), timeout=10)
             except Exception:  # noqa: BLE001
                 pass
+        _collect_stopped(ray, list(self._calls))
         for h in handles:
             self._kill(h)
         _wait_for_exit([p for h in handles for p in ((h.pid,) if h.pid else ())], 10.0)
@@ -607,6 +617,22 @@ class RayActorPool:
         if self._owns_ray:
             ray.shutdown()
         sweep_stale_blocks()
+
+
+def _collect_stopped(ray, refs: Sequence[Any]) -> None:
+    """Take the answers of unroll calls that ``close`` stopped, so Ray does not
+    log their ``_UnrollStopped`` as an unhandled error when the refs are freed."""
+    if not refs:
+        return
+    try:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
+    except Exception:  # noqa: BLE001
+        return
+    for ref in done:
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - stopped or failed: either way, done with
+            pass
 
 
 def _wait_for_exit(pids: Sequence[int], timeout_s: float) -> bool:
