@@ -1,0 +1,205 @@
+"""The SAC learner: one gradient step at a time on transitions from a replay buffer.
+
+Soft Actor-Critic (Haarnoja et al. 2018) with twin Q networks, Polyak-averaged
+target networks and an automatically tuned entropy temperature alpha (target
+entropy -|A| by default). Defaults follow the rl-baselines3-zoo PyBullet
+hyperparameters (HalfCheetahBulletEnv-v0): lr 7.3e-4, batch 256, gamma 0.98,
+tau 0.02, (400, 300) ReLU networks. (The zoo also uses gSDE exploration; this
+learner samples plain state-dependent Gaussian noise.)
+
+A gradient step (``train_step``) on a batch of B transitions ([B, ...] arrays
+from ``ReplayBuffer.sample``):
+
+1. critic: y = r + gamma (1 - terminated) (min Q'(s', a') - alpha log pi(a'|s')),
+   a' ~ pi(s'), Q' the target networks; both Q networks regress on y;
+2. actor: minimize alpha log pi(a|s) - min Q(s, a), a ~ pi(s) reparameterized;
+3. temperature: log alpha follows -(log pi + target_entropy);
+4. target networks: Q' <- (1 - tau) Q' + tau Q.
+
+Actions are stored rows in [-1, 1] (``envs.spaces``), the policy's tanh range.
+The learner publishes the policy network (``weight_arrays``) for the actors'
+``SACPolicy``, with a flag that makes them act uniformly at random until the
+first gradient step (as SB3 does before ``learning_starts``).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Dict, Mapping, Optional, Union
+
+import gin
+import numpy as np
+import torch
+
+from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
+                                           polyak_update, temperature_loss)
+from alf_async.envs.spaces import ActionSpec, as_action_spec
+from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork
+from alf_async.runtime.weight_store import pack_weights
+from alf_async.utils.validation import ConfigError, check
+
+
+class NonFiniteSACError(RuntimeError):
+    """A gradient step produced non-finite losses."""
+
+
+@gin.configurable
+class SACLearner:
+    """Soft Actor-Critic on a continuous action space.
+
+    Args:
+        observation_dim: O.
+        action_spec: the env's action space; must be continuous.
+        learning_rate: Adam's step size for the actor, the critics and alpha.
+        batch_size: B, transitions per gradient step.
+        gamma: discount.
+        tau: Polyak rate of the target networks (per gradient step).
+        initial_alpha: entropy temperature at start.
+        target_entropy: None means -A.
+        learn_alpha: tune alpha automatically (False keeps ``initial_alpha``).
+        reward_scale: rewards are multiplied by this before training.
+        device: "cpu", "cuda" or "auto".
+        seed: seeds the networks' initialization and the learner's sampling.
+    """
+
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
+                 learning_rate: float = 7.3e-4, batch_size: int = 256, gamma: float = 0.98,
+                 tau: float = 0.02, initial_alpha: float = 1.0,
+                 target_entropy: Optional[float] = None, learn_alpha: bool = True,
+                 reward_scale: float = 1.0, device: str = "cpu", seed: int = 0):
+        spec = as_action_spec(action_spec)
+        if spec.discrete:
+            raise ConfigError(f"SAC needs a continuous (Box) action space; this env's is "
+                              f"{spec.kind} (use PPO for discrete actions)")
+        for name, value, kind, bounds in (
+                ("learning_rate", learning_rate, "number", dict(low=0, low_open=True)),
+                ("batch_size", batch_size, "int", dict(low=1)),
+                ("gamma", gamma, "number", dict(low=0, high=1)),
+                ("tau", tau, "number", dict(low=0, high=1, low_open=True)),
+                ("initial_alpha", initial_alpha, "number", dict(low=0, low_open=True)),
+                ("learn_alpha", learn_alpha, "bool", {}),
+                ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
+                ("target_entropy", target_entropy, "number", dict(optional=True)),
+                ("device", device, "choice", dict(choices=("cpu", "cuda", "auto")))):
+            check("SACLearner", name, value, kind, **bounds)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.action_dim = spec.dim
+        self.batch_size = int(batch_size)
+        self.gamma, self.tau, self.reward_scale = float(gamma), float(tau), float(reward_scale)
+        self.learn_alpha = learn_alpha
+        self.target_entropy = float(-spec.dim if target_entropy is None else target_entropy)
+        torch.manual_seed(seed)
+        self.actor = SquashedGaussianActor(observation_dim, spec.dim).to(self.device)
+        self.critic = TwinQNetwork(observation_dim, spec.dim).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device,
+                                      requires_grad=True)
+        self._lr = learning_rate
+        self._optimizers: Optional[Dict[str, torch.optim.Optimizer]] = None
+        self._optimizer_lock = threading.Lock()
+        self.generator = torch.Generator(device=self.device).manual_seed(seed + 1)
+        self.gradient_steps = 0
+
+    @property
+    def optimizers(self) -> Dict[str, torch.optim.Optimizer]:
+        """Adam for the actor, the critics and log alpha (built at first use)."""
+        with self._optimizer_lock:
+            if self._optimizers is None:
+                self._optimizers = {
+                    "actor": torch.optim.Adam(self.actor.parameters(), lr=self._lr),
+                    "critic": torch.optim.Adam(self.critic.parameters(), lr=self._lr),
+                    "alpha": torch.optim.Adam([self.log_alpha], lr=self._lr)}
+            return self._optimizers
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
+
+    def weight_arrays(self) -> Dict[str, np.ndarray]:
+        """What actors need (``SACPolicy.load_weights``): the policy network and
+        whether to act uniformly at random (before the first gradient step)."""
+        return pack_weights({"param": self.actor.state_dict(),
+                             "explore": {"uniform": np.array(
+                                 [1.0 if self.gradient_steps == 0 else 0.0], np.float32)}})
+
+    def _tensors(self, batch: Mapping[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+        return {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in batch.items()}
+
+    def train_step(self, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:
+        """One gradient step on transitions ([B, ...] arrays of the replay fields).
+
+        Returns losses and diagnostics: critic_loss, actor_loss, alpha,
+        alpha_loss, q_mean, entropy (mean -log pi of the actor's samples).
+        """
+        b = self._tensors(batch)
+        obs, next_obs = b["observation"], b["next_observation"]
+        opt = self.optimizers
+        alpha = self.alpha
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor.sample(next_obs, self.generator)
+            next_q1, next_q2 = self.critic_target(next_obs, next_action)
+            target = critic_target(b["reward"] * self.reward_scale, b["terminated"],
+                                   next_q1, next_q2, next_log_prob, alpha, self.gamma)
+        q1, q2 = self.critic(obs, b["action"])
+        loss_q = critic_loss(q1, q2, target)
+        opt["critic"].zero_grad(set_to_none=True)
+        loss_q.backward()
+        opt["critic"].step()
+
+        action, log_prob = self.actor.sample(obs, self.generator)
+        self.critic.requires_grad_(False)
+        try:
+            pi_q1, pi_q2 = self.critic(obs, action)
+        finally:
+            self.critic.requires_grad_(True)
+        loss_pi = actor_loss(pi_q1, pi_q2, log_prob, alpha)
+        opt["actor"].zero_grad(set_to_none=True)
+        loss_pi.backward()
+        opt["actor"].step()
+
+        loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        if self.learn_alpha:
+            opt["alpha"].zero_grad(set_to_none=True)
+            loss_alpha.backward()
+            opt["alpha"].step()
+        polyak_update(self.critic_target.parameters(), self.critic.parameters(), self.tau)
+        self.gradient_steps += 1
+        stats = {"critic_loss": float(loss_q.detach()), "actor_loss": float(loss_pi.detach()),
+                 "alpha_loss": float(loss_alpha.detach()), "alpha": self.alpha,
+                 "q_mean": float(q1.detach().mean()),
+                 "entropy": float(-log_prob.detach().mean())}
+        if not all(np.isfinite(v) for v in stats.values()):
+            raise NonFiniteSACError(f"SAC gradient step {self.gradient_steps} gave "
+                                    f"non-finite values: {stats}")
+        return stats
+
+    def all_finite(self) -> bool:
+        tensors = [*self.actor.state_dict().values(), *self.critic.state_dict().values(),
+                   *self.critic_target.state_dict().values(), self.log_alpha]
+        return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+    def state_dict(self) -> Dict[str, object]:
+        """Networks, target networks, optimizers, temperature, sampling RNG: a
+        copy that later steps do not change (an optimizer's ``state_dict`` holds
+        its live moment tensors, and a learner loading them would share them)."""
+        return copy.deepcopy({
+            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach(),
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "generator": self.generator.get_state(),
+            "gradient_steps": self.gradient_steps})
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.generator.set_state(state["generator"])
+        self.gradient_steps = int(state["gradient_steps"])

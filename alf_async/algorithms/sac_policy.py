@@ -1,0 +1,65 @@
+"""SAC's policy as actors run it: numpy in, numpy out, on the CPU.
+
+``SACPolicy`` implements ``runtime.policy.Policy`` with the squashed-Gaussian
+actor rebuilt from ``SACLearner.weight_arrays``. Until the learner has taken a
+gradient step (the published ``explore/uniform`` flag), it acts uniformly at
+random in [-1, 1]^A, as SB3's SAC does before ``learning_starts``. SAC keeps no
+state-value network: ``value`` is 0 (the trajectory's value fields are unused
+by an off-policy learner).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Tuple, Union
+
+import numpy as np
+import torch
+
+from alf_async.envs.spaces import ActionSpec, as_action_spec
+from alf_async.networks.sac import SquashedGaussianActor
+from alf_async.runtime.weight_store import unpack_weights
+
+
+class SACPolicy:
+    """The SAC actor network sampling on the CPU.
+
+    Args:
+        observation_dim: O.
+        action_spec: the env's (continuous) action space.
+        seed: seeds the sampling generator.
+        deterministic: act with tanh(mean) (for evaluation).
+    """
+
+    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
+                 seed: int = 0, deterministic: bool = False):
+        self.action_dim = as_action_spec(action_spec).dim
+        self.actor = SquashedGaussianActor(observation_dim, self.action_dim)
+        self.actor.eval()
+        self.generator = torch.Generator().manual_seed(seed)
+        self.deterministic = deterministic
+        self.uniform = True
+
+    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
+        groups = unpack_weights(arrays)
+        self.actor.load_state_dict({k: torch.from_numpy(np.array(v))
+                                    for k, v in groups["param"].items()})
+        self.uniform = bool(groups.get("explore", {}).get("uniform", np.zeros(1))[0] > 0)
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    @torch.no_grad()
+    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """observation [K, O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0)."""
+        k = len(observation)
+        if self.uniform and not self.deterministic:
+            action = torch.rand((k, self.action_dim), generator=self.generator) * 2 - 1
+            log_prob = torch.full((k,), -self.action_dim * float(np.log(2.0)))
+        else:
+            obs = torch.from_numpy(np.asarray(observation, np.float32))
+            action, log_prob = self.actor.sample(obs, self.generator, self.deterministic)
+        return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
+
+    def value(self, observation: np.ndarray) -> np.ndarray:
+        """SAC has no state-value network: 0 for each of the M observations."""
+        return np.zeros(len(observation), np.float32)

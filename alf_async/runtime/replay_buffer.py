@@ -1,0 +1,173 @@
+"""A ring buffer of transitions in shared memory, filled with whole trajectories.
+
+Off-policy learners (SAC) train on transitions sampled uniformly from
+everything the actors collected recently. The buffer holds C transitions
+(``capacity``) in one shared-memory block, so that a process other than its
+owner (a sampler, a Hogwild worker) can attach to it by name:
+
+| field            | shape  | dtype   | meaning                                          |
+|------------------|--------|---------|--------------------------------------------------|
+| observation      | [C, O] | float32 | raw s_t                                          |
+| action           | [C, A] | float32 | a_t as the actor stored it                       |
+| reward           | [C]    | float32 | r_t                                              |
+| next_observation | [C, O] | float32 | s_{t+1}; the episode's final observation when t  |
+|                  |        |         | ended it (terminated or truncated)               |
+| terminated       | [C]    | bool    | s_{t+1} is terminal: no bootstrap from it        |
+| cursor           | [2]    | int64   | (next write position, number of valid entries)   |
+
+Bootstrapping: a transition that ended its episode by truncation (time limit)
+keeps ``terminated = False`` and its real final observation, so a learner
+bootstraps from it; only ``terminated`` stops the bootstrap.
+
+Writes go in time-major order of a trajectory [T, K] (step t of every env, then
+step t + 1), wrapping around to the oldest entries when the buffer is full.
+One process writes; readers see a consistent ``size`` after each
+``add_trajectory`` returns.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+import numpy as np
+
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays
+
+TRANSITION_FIELDS = ("observation", "action", "reward", "next_observation", "terminated")
+
+
+def replay_specs(capacity: int, observation_dim: int, action_dim: int) -> Dict[str, ArraySpec]:
+    """Array specs of a buffer of ``capacity`` transitions."""
+    return {
+        "observation": ArraySpec((capacity, observation_dim), "float32"),
+        "action": ArraySpec((capacity, action_dim), "float32"),
+        "reward": ArraySpec((capacity,), "float32"),
+        "next_observation": ArraySpec((capacity, observation_dim), "float32"),
+        "terminated": ArraySpec((capacity,), "bool"),
+        "cursor": ArraySpec((2,), "int64"),
+    }
+
+
+def replay_nbytes(capacity: int, observation_dim: int, action_dim: int) -> int:
+    """Bytes of a buffer of ``capacity`` transitions."""
+    return sum(s.nbytes for s in replay_specs(capacity, observation_dim, action_dim).values())
+
+
+class ReplayBuffer:
+    """C transitions in a shared-memory ring (see the module docstring).
+
+    Use ``ReplayBuffer.create(capacity, O, A)`` in the owner (the writer) and
+    ``ReplayBuffer.attach(name, specs)`` in readers; ``close()`` unmaps (and,
+    in the owner, frees) the block.
+    """
+
+    def __init__(self, block: SharedArrays):
+        self.block = block
+        self.capacity = block.arrays["reward"].shape[0]
+
+    @classmethod
+    def create(cls, capacity: int, observation_dim: int, action_dim: int) -> "ReplayBuffer":
+        if capacity < 1:
+            raise ValueError(f"replay buffer capacity must be >= 1, got {capacity}")
+        return cls(SharedArrays.create(replay_specs(capacity, observation_dim, action_dim),
+                                       tag="replay"))
+
+    @classmethod
+    def attach(cls, name: str, specs: Mapping[str, ArraySpec]) -> "ReplayBuffer":
+        return cls(SharedArrays.attach(name, specs))
+
+    @property
+    def name(self) -> str:
+        return self.block.name
+
+    @property
+    def specs(self) -> Dict[str, ArraySpec]:
+        return self.block.specs
+
+    @property
+    def size(self) -> int:
+        """Valid transitions (at most ``capacity``)."""
+        return int(self.block.arrays["cursor"][1])
+
+    @property
+    def position(self) -> int:
+        """Index the next transition is written to."""
+        return int(self.block.arrays["cursor"][0])
+
+    def add_trajectory(self, trajectory: Mapping[str, np.ndarray]) -> int:
+        """Append the T x K transitions of ``trajectory`` (arrays [T, K, ...] of
+        ``TRANSITION_FIELDS``); returns how many were added."""
+        a = self.block.arrays
+        reward = trajectory["reward"]
+        count = int(reward.size)
+        if count == 0:
+            return 0
+        position = self.position
+        # Keep only the newest C transitions when one trajectory exceeds C.
+        skip = max(0, count - self.capacity)
+        index = (position + skip + np.arange(count - skip)) % self.capacity
+        for key in TRANSITION_FIELDS:
+            rows = np.asarray(trajectory[key]).reshape((count,) + a[key].shape[1:])
+            a[key][index] = rows[skip:]
+        a["cursor"][0] = (position + count) % self.capacity
+        a["cursor"][1] = min(self.capacity, self.size + count)
+        return count
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
+        """``batch_size`` transitions drawn uniformly with replacement: arrays [B, ...]."""
+        size = self.size
+        if size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        index = rng.integers(0, size, batch_size)
+        return {key: self.block.arrays[key][index] for key in TRANSITION_FIELDS}
+
+    # -- checkpoints ----------------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """The valid transitions oldest first ([size, ...] copies), for a checkpoint."""
+        size, position = self.size, self.position
+        start = position - size if size < self.capacity else position
+        order = (start + np.arange(size)) % self.capacity
+        return {key: self.block.arrays[key][order].copy() for key in TRANSITION_FIELDS}
+
+    def load_state_arrays(self, state: Mapping[str, np.ndarray]) -> None:
+        """Refill from ``state_arrays()`` of a buffer with the same O and A (the
+        newest ``capacity`` transitions are kept if the old buffer was larger)."""
+        a = self.block.arrays
+        for key in TRANSITION_FIELDS:
+            expected = a[key].shape[1:]
+            if tuple(np.shape(state[key])[1:]) != expected:
+                raise ValueError(f"replay buffer field {key!r} has rows of shape "
+                                 f"{tuple(np.shape(state[key])[1:])} in the checkpoint, "
+                                 f"expected {expected}")
+        a["cursor"][:] = 0
+        count = len(state["reward"])
+        rows = {key: np.asarray(state[key]).reshape((count, 1) + a[key].shape[1:])
+                for key in TRANSITION_FIELDS}  # as a trajectory of [count, 1]
+        self.add_trajectory(rows)
+
+    def close(self) -> None:
+        self.block.close()
+
+
+def next_observations(observation: np.ndarray, final_observation: np.ndarray,
+                      done: np.ndarray, last_observation: np.ndarray,
+                      out: Optional[np.ndarray] = None) -> np.ndarray:
+    """s_{t+1} of every step of a trajectory, for the replay buffer.
+
+    Args:
+        observation: [T, K, O] s_t.
+        final_observation: [T, K, O] the observation that ended the episode at
+            t (only read where ``done``).
+        done: [T, K] bool, terminated or truncated at t.
+        last_observation: [K, O] the observation after the last step (the
+            next unroll's s_0).
+    Returns [T, K, O]: observation[t + 1] (last_observation for t = T - 1), or
+    final_observation[t] where the episode ended at t (the envs reset, so
+    observation[t + 1] belongs to the next episode).
+    """
+    if out is None:
+        out = np.empty_like(observation)
+    out[:-1] = observation[1:]
+    out[-1] = last_observation
+    out[done] = final_observation[done]
+    return out

@@ -1,0 +1,104 @@
+"""The SAC learner: it learns a bandit, resumes exactly, refuses what it cannot do."""
+
+from __future__ import annotations
+
+import gin
+import numpy as np
+import pytest
+import torch
+
+from alf_async.algorithms.sac_learner import SACLearner
+from alf_async.algorithms.sac_policy import SACPolicy
+from alf_async.envs.spaces import ActionSpec
+from alf_async.utils.validation import ConfigError
+
+O, A = 3, 2
+GOAL = np.array([0.5, -0.3], np.float32)
+
+
+@pytest.fixture(autouse=True)
+def small_networks():
+    """(64, 64) networks keep these tests to seconds."""
+    gin.clear_config()
+    gin.bind_parameter("SquashedGaussianActor.hidden_sizes", (64, 64))
+    gin.bind_parameter("TwinQNetwork.hidden_sizes", (64, 64))
+    yield
+    gin.clear_config()
+
+
+def bandit_batch(rng: np.random.Generator, n: int) -> dict:
+    """One-step episodes: reward -|a - GOAL|^2, always terminated."""
+    obs = rng.normal(size=(n, O)).astype(np.float32)
+    action = rng.uniform(-1, 1, size=(n, A)).astype(np.float32)
+    return {"observation": obs, "action": action,
+            "reward": -((action - GOAL) ** 2).sum(-1).astype(np.float32),
+            "next_observation": obs, "terminated": np.ones(n, bool)}
+
+
+def test_learns_the_best_action_of_a_bandit():
+    learner = SACLearner(O, A, batch_size=128, learning_rate=3e-3, initial_alpha=0.01,
+                         learn_alpha=False, seed=0)
+    rng = np.random.default_rng(0)
+    data = bandit_batch(rng, 4096)
+    for _ in range(800):
+        index = rng.integers(0, 4096, 128)
+        stats = learner.train_step({k: v[index] for k, v in data.items()})
+    policy = SACPolicy(O, A, deterministic=True)
+    policy.load_weights(learner.weight_arrays())
+    action, _, value = policy.act(rng.normal(size=(16, O)).astype(np.float32))
+    assert np.abs(action.mean(0) - GOAL).max() < 0.08, action.mean(0)
+    assert np.abs(action - GOAL).max() < 0.25, action
+    assert (value == 0).all()
+    assert learner.gradient_steps == 800 and np.isfinite(stats["critic_loss"])
+
+
+def test_temperature_falls_when_entropy_is_above_target():
+    learner = SACLearner(O, A, batch_size=64, seed=0, target_entropy=-20.0)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        learner.train_step(bandit_batch(rng, 64))
+    assert learner.alpha < 1.0
+
+
+def test_state_dict_round_trip_continues_identically():
+    rng = np.random.default_rng(2)
+    batches = [bandit_batch(rng, 32) for _ in range(6)]
+    a = SACLearner(O, A, batch_size=32, seed=3)
+    for batch in batches[:3]:
+        a.train_step(batch)
+    state = a.state_dict()
+    b = SACLearner(O, A, batch_size=32, seed=99)
+    b.load_state_dict(state)
+    fresh = SACLearner(O, A, batch_size=32, seed=99)
+    for batch in batches[3:]:
+        sa, sb, sf = a.train_step(batch), b.train_step(batch), fresh.train_step(batch)
+        assert sb == sa
+        assert sf != pytest.approx(sa, rel=1e-4, abs=1e-6)
+    for pa, pb in zip(a.actor.parameters(), b.actor.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0)
+    assert b.gradient_steps == 6
+
+
+def test_actors_act_uniformly_until_the_first_gradient_step():
+    learner = SACLearner(O, A, seed=0)
+    policy = SACPolicy(O, A, seed=1)
+    policy.load_weights(learner.weight_arrays())
+    obs = np.zeros((2000, O), np.float32)
+    action, log_prob, _ = policy.act(obs)
+    assert policy.uniform and action.min() >= -1 and action.max() <= 1
+    assert abs(action.mean()) < 0.05 and abs(action.std() - 1 / np.sqrt(3)) < 0.03
+    np.testing.assert_allclose(log_prob, -A * np.log(2), rtol=1e-6)
+    learner.train_step(bandit_batch(np.random.default_rng(0), 256))
+    policy.load_weights(learner.weight_arrays())
+    assert not policy.uniform
+    action, _, _ = policy.act(obs)
+    assert action.std() < 0.9  # the network's samples, centred near tanh(mean)
+
+
+def test_refuses_discrete_actions_and_bad_settings():
+    with pytest.raises(ConfigError, match="continuous"):
+        SACLearner(O, ActionSpec("discrete", 1, (3,), (0,)))
+    with pytest.raises(ConfigError, match="SACLearner.tau"):
+        SACLearner(O, A, tau=0.0)
+    with pytest.raises(ConfigError, match="SACLearner.batch_size"):
+        SACLearner(O, A, batch_size=0)

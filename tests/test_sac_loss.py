@@ -1,0 +1,95 @@
+"""SAC's losses and networks against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
+                                           polyak_update, temperature_loss)
+from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork, squash_correction
+
+
+def t(*values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_critic_target_bootstraps_unless_terminated():
+    # Transition 0 continues, 1 terminated, 2 truncated (bootstraps like 0).
+    y = critic_target(reward=t(1.0, 2.0, 3.0), terminated=torch.tensor([False, True, False]),
+                      next_q1=t(10.0, 10.0, 4.0), next_q2=t(8.0, 9.0, 6.0),
+                      next_log_prob=t(-1.0, -1.0, 2.0), alpha=0.5, gamma=0.9)
+    # 1 + 0.9 (8 + 0.5) = 8.65; 2; 3 + 0.9 (4 - 1) = 5.7
+    torch.testing.assert_close(y, t(8.65, 2.0, 5.7))
+
+
+def test_critic_loss_is_the_sum_of_both_mse_and_ignores_target_gradients():
+    q1, q2 = t(1.0, 2.0).requires_grad_(), t(0.0, 0.0).requires_grad_()
+    target = t(2.0, 2.0).requires_grad_()
+    loss = critic_loss(q1, q2, target)
+    assert loss.item() == pytest.approx((1 + 0) / 2 + (4 + 4) / 2)
+    loss.backward()
+    assert target.grad is None
+    torch.testing.assert_close(q1.grad, t(-1.0, 0.0))
+
+
+def test_actor_loss_uses_the_smaller_q():
+    loss = actor_loss(t(3.0, 1.0), t(2.0, 5.0), log_prob=t(-2.0, 0.0), alpha=0.1)
+    assert loss.item() == pytest.approx(((0.1 * -2 - 2) + (0 - 1)) / 2)
+
+
+def test_temperature_moves_towards_the_target_entropy():
+    log_alpha = torch.zeros((), requires_grad=True)
+    # Entropy -log pi = 1 below the target 3: the loss falls as log_alpha rises.
+    temperature_loss(log_alpha, log_prob=t(-1.0, -1.0), target_entropy=3.0).backward()
+    assert log_alpha.grad.item() == pytest.approx(-2.0)
+    log_alpha.grad = None
+    temperature_loss(log_alpha, log_prob=t(-5.0), target_entropy=3.0).backward()
+    assert log_alpha.grad.item() == pytest.approx(2.0)
+
+
+def test_polyak_update():
+    target, source = [t(0.0, 10.0)], [t(1.0, 0.0)]
+    polyak_update(target, source, tau=0.25)
+    torch.testing.assert_close(target[0], t(0.25, 7.5))
+
+
+def test_squash_correction_matches_the_direct_formula():
+    u = t(-3.0, -0.5, 0.0, 0.7, 4.0).reshape(1, 5)
+    direct = torch.log(1 - torch.tanh(u) ** 2).sum(-1)
+    torch.testing.assert_close(squash_correction(u), direct, rtol=1e-4, atol=1e-5)
+    # Stable where the direct formula is not: tanh(40)^2 rounds to 1.
+    big = t(40.0).reshape(1, 1)
+    assert torch.isfinite(squash_correction(big)).all()
+    assert squash_correction(big).item() == pytest.approx(2 * (math.log(2) - 40), abs=1e-4)
+
+
+def test_squashed_gaussian_log_prob_is_the_change_of_variables():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, hidden_sizes=(8,))
+    obs = torch.randn(5, 3)
+    action, log_prob = actor.sample(obs, torch.Generator().manual_seed(1))
+    assert action.shape == (5, 2) and log_prob.shape == (5,)
+    assert (action.abs() < 1).all()
+    mean, std = actor.distribution(obs)
+    u = torch.atanh(action.clamp(-1 + 1e-6, 1 - 1e-6))
+    expected = (torch.distributions.Normal(mean, std).log_prob(u).sum(-1)
+                - torch.log(1 - action ** 2).sum(-1))
+    torch.testing.assert_close(log_prob, expected, rtol=1e-3, atol=1e-3)
+    # Deterministic action: tanh of the mean; sampling is reparameterized.
+    det, _ = actor.sample(obs, deterministic=True)
+    torch.testing.assert_close(det, torch.tanh(mean))
+    action.sum().backward()
+    assert actor.mean.weight.grad is not None and actor.log_std.weight.grad is not None
+
+
+def test_twin_q_networks_are_independent():
+    torch.manual_seed(0)
+    q = TwinQNetwork(3, 2, hidden_sizes=(8,))
+    q1, q2 = q(torch.randn(4, 3), torch.rand(4, 2))
+    assert q1.shape == q2.shape == (4,)
+    assert not torch.allclose(q1, q2)
+    q1.sum().backward()
+    assert all(p.grad is None for p in q.q2.parameters())
