@@ -39,7 +39,9 @@ from alf_async.utils.validation import ConfigError  # noqa: F401  (re-exported)
 # Modules that define gin-configurables.
 CONFIGURABLE_MODULES = (
     "alf_async.algorithms.ppo_learner",
+    "alf_async.algorithms.sac_learner",
     "alf_async.networks.actor_critic",
+    "alf_async.networks.sac",
     "alf_async.algorithms.normalizer",
     "alf_async.checkpoint",
     "alf_async.metrics",

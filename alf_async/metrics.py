@@ -168,6 +168,19 @@ TENSORBOARD_TAGS = {
     "explained_variance": "ppo/explained_variance",
     "grad_norm": "ppo/grad_norm",
     "action_std": "ppo/action_std",
+    "critic_loss": "sac/critic_loss",
+    "actor_loss": "sac/actor_loss",
+    "alpha": "sac/alpha",
+    "alpha_loss": "sac/alpha_loss",
+    "q_mean": "sac/q_mean",
+    "policy_entropy": "sac/policy_entropy",
+    "gradient_steps_total": "replay/gradient_steps",
+    "ratio_recent": "replay/ratio_recent",
+    "ratio_overall": "replay/ratio_overall",
+    "buffer_fill": "replay/buffer_fill",
+    "learner_throttled_s": "replay/learner_throttled_s",
+    "actors_throttled_s": "replay/actors_throttled_s",
+    "data_age": "replay/data_age",
 }
 
 

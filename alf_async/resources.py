@@ -23,7 +23,8 @@ GIB = 2 ** 30
 def check_resources(settings: TrainerSettings, observation_dim: int, action_dim: int) -> None:
     """Raise ``ConfigError`` if the run's memory needs exceed what it may use."""
     s = settings
-    one_batch = trajectory_nbytes(s.unroll_length, s.num_envs, observation_dim, action_dim)
+    one_batch = trajectory_nbytes(s.unroll_length, s.num_envs, observation_dim, action_dim,
+                                  next_observation=s.off_policy)
     need = one_batch * s.num_actors * s.slots_per_actor
     if need > s.max_trajectory_memory_gb * GIB:
         raise ConfigError(

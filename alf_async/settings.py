@@ -9,7 +9,7 @@ raises ``ConfigError`` naming ``Trainer.<field>`` before anything is started.
 
 Groups (by concern):
 
-- what to train and for how long: env_name, max_episode_steps, seed,
+- what to train and for how long: algorithm, env_name, max_episode_steps, seed,
   num_env_steps, num_iterations;
 - the actors: num_envs (K), num_env_workers (W), env_splits, num_actors (N), unroll_length,
   slots_per_actor, backend;
@@ -20,6 +20,8 @@ Groups (by concern):
 
 ``RayBackendSettings`` (gin ``RayBackend.*``) holds what only the Ray backend
 reads: where the cluster is, and what each Ray actor asks of it.
+``ReplaySettings`` (gin ``Replay.*``) holds what only off-policy runs read: the
+replay buffer and the env-steps : gradient-steps ratio.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from alf_async.utils.seeding import derive_seed
 from alf_async.utils.validation import ConfigError, rule, validate_fields
 
 BACKENDS = ("process", "inprocess", "ray")
+ALGORITHMS = ("ppo", "sac")
 GIN_NAME = "Trainer"
 RAY_GIN_NAME = "RayBackend"
+REPLAY_GIN_NAME = "Replay"
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK")
 # The Ray versions the "ray" extra of setup.py admits (tested with 2.60).
 RAY_REQUIREMENT = "ray>=2.40,<3"
@@ -56,6 +60,10 @@ class TrainerSettings:
     """The settings of a training run, bound in gin as ``Trainer.<name>``.
 
     Args:
+        algorithm: "ppo" (on-policy: the learner trains on each actor batch,
+            ``PPOLearner.*``) or "sac" (off-policy: actor batches go into a
+            replay buffer the learner samples from, ``SACLearner.*`` and
+            ``Replay.*``; an iteration is one actor batch received).
         env_name: gymnasium id, e.g. ``HumanoidBulletEnv-v0``.
         num_envs: K, envs per actor. EPS = K / T.
         num_env_workers: W, env-worker processes per actor (0: envs step inside
@@ -109,6 +117,7 @@ class TrainerSettings:
 
     gin_name: ClassVar[str] = GIN_NAME
 
+    algorithm: str = field(default="ppo", metadata=rule("choice", choices=ALGORITHMS))
     env_name: str = field(default="InvertedPendulumBulletEnv-v0", metadata=rule("str"))
     num_envs: int = field(default=8, metadata=rule("int", low=1))
     num_env_workers: int = 0
@@ -158,6 +167,12 @@ class TrainerSettings:
                               f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")
 
     # -- derived values -------------------------------------------------------
+    @property
+    def off_policy(self) -> bool:
+        """Whether batches go into a replay buffer (their trajectories then
+        carry ``next_observation``)."""
+        return self.algorithm == "sac"
+
     @property
     def steps_per_batch(self) -> int:
         """Env steps in one actor batch: unroll_length * num_envs."""
@@ -266,3 +281,52 @@ class RayBackendSettings:
         if self.num_cpus_per_actor is not None:
             return float(self.num_cpus_per_actor)
         return 1.0 + num_env_workers
+
+
+@gin.configurable(REPLAY_GIN_NAME)
+@dataclass(frozen=True)
+class ReplaySettings:
+    """The replay buffer of an off-policy run and the pace of its learner.
+
+    Read only when ``Trainer.algorithm = "sac"``; bound in gin as
+    ``Replay.<name>``.
+
+    Args:
+        capacity: transitions the buffer holds (the oldest are overwritten).
+        learning_starts: env steps collected (acting uniformly at random)
+            before the first gradient step.
+        env_steps_per_gradient_step: r, the ratio held between env steps and
+            gradient steps whatever the speeds of sampling and training: the
+            learner waits for data when it is ahead, the actors wait (their
+            slots are not handed back) when they are ahead. 1.0 is SB3's SAC
+            default; 0.5 takes two gradient steps per env step.
+        strict: actors may be ahead of the learner by one batch each (N = 1:
+            exactly "collect a batch, then take its gradient steps", the sync
+            algorithm); False lets each run one more batch ahead, so that
+            sampling and training overlap.
+        save_replay_buffer: checkpoints hold the buffer (resume continues
+            with it); False keeps checkpoints small, and a resumed run starts
+            with an empty buffer that refills for ``learning_starts`` steps.
+        max_replay_memory_gb: refuse a buffer larger than this.
+        publish_interval: gradient steps between two weight versions published
+            to the actors.
+    """
+
+    gin_name: ClassVar[str] = REPLAY_GIN_NAME
+
+    capacity: int = field(default=1_000_000, metadata=rule("int", low=1))
+    learning_starts: int = field(default=10_000, metadata=rule("int", low=0))
+    env_steps_per_gradient_step: float = field(default=1.0, metadata=rule(
+        "number", low=0, low_open=True))
+    strict: bool = field(default=False, metadata=rule("bool"))
+    save_replay_buffer: bool = field(default=True, metadata=rule("bool"))
+    max_replay_memory_gb: float = field(default=8.0, metadata=rule("number", low=0,
+                                                                   low_open=True))
+    publish_interval: int = field(default=8, metadata=rule("int", low=1))
+
+    def __post_init__(self) -> None:
+        validate_fields(self, REPLAY_GIN_NAME)
+
+    def lead(self, num_actors: int, steps_per_batch: int) -> int:
+        """Env steps the actors may be ahead of what the learner has paid for."""
+        return (1 if self.strict else 2) * num_actors * steps_per_batch

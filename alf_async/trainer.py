@@ -74,15 +74,11 @@ class Trainer:
         check_resources(s, self.observation_dim, self.action_dim)
         if s.learner_num_threads:
             torch.set_num_threads(s.learner_num_threads)
-        self.learner = PPOLearner(self.observation_dim, self.action_spec, seed=s.seed)
-        try:
-            self.learner.check_batch_size(s.unroll_length, s.num_envs)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        self.learner = self._make_learner()
         self.root_dir = os.path.abspath(root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
         self.checkpointer = Checkpointer(self.root_dir)
-        self.policy_factory = policy_factory or NeuralPolicy
+        self.policy_factory = policy_factory or self._default_policy_factory()
         self.counters: Dict[str, float] = {"iteration": 0, "env_steps": 0, "episodes": 0,
                                            "wall_time": 0.0}
         self.published_digests: Dict[int, int] = {}
@@ -96,6 +92,43 @@ class Trainer:
         self._first_iteration = 1
         self._bytes_moved_before = 0  # the pool's bytes_moved at the previous record
 
+    # -- what an algorithm changes (OffPolicyTrainer overrides these) ----------
+    def _make_learner(self) -> Any:
+        s = self.settings
+        if s.off_policy:
+            raise ConfigError(f"Trainer.algorithm={s.algorithm!r} is trained by "
+                              "OffPolicyTrainer: build the run's trainer with "
+                              "alf_async.trainers.make_trainer (as the train command does)")
+        learner = PPOLearner(self.observation_dim, self.action_spec, seed=s.seed)
+        try:
+            learner.check_batch_size(s.unroll_length, s.num_envs)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return learner
+
+    def _default_policy_factory(self) -> PolicyFactory:
+        return NeuralPolicy
+
+    def _build_optimizer(self) -> None:
+        """Build the learner's optimizer (run in a thread while actors start)."""
+        self.learner.optimizer  # noqa: B018 - the property builds it
+
+    def _extra_checkpoint_state(self) -> Dict[str, Any]:
+        return {}
+
+    def _restore_extra_state(self, state: Dict[str, Any]) -> None:
+        pass
+
+    def _open_run_resources(self) -> None:
+        """Allocate what the run needs beside the pool (before it starts)."""
+
+    def _close_run_resources(self) -> None:
+        """Release what ``_open_run_resources`` allocated (on every path)."""
+
+    def _weights_version(self) -> int:
+        """The version number of the weights published now."""
+        return int(self.counters["iteration"])
+
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, metrics: MetricsRecorder) -> str:
         if not self.learner.all_finite():
@@ -104,7 +137,8 @@ class Trainer:
                                  "checkpoint was written")
         state = {"learner": self.learner.state_dict(), "counters": dict(self.counters),
                  "torch_rng": torch.get_rng_state(), "settings": self.settings.as_dict(),
-                 "episode_window": metrics.episode_window(), "format": CHECKPOINT_FORMAT}
+                 "episode_window": metrics.episode_window(), "format": CHECKPOINT_FORMAT,
+                 **self._extra_checkpoint_state()}
         iteration = int(self.counters["iteration"])
         self.last_checkpoint = self.checkpointer.save(state, iteration)
         self.last_checkpoint_iteration = iteration
@@ -122,6 +156,7 @@ class Trainer:
                               for k, v in state["counters"].items()})
         torch.set_rng_state(state["torch_rng"])
         self._episode_window = state.get("episode_window", {})
+        self._restore_extra_state(state)
         changed = self.settings.changes_since(state.get("settings", {}))
         if changed:
             logger.info("settings changed since the checkpoint: %s", changed)
@@ -138,7 +173,7 @@ class Trainer:
 
     def _publish(self) -> None:
         arrays = self.learner.weight_arrays()
-        version = int(self.counters["iteration"])
+        version = self._weights_version()
         self.pool.publish_weights(arrays, version)
         self.published_digests[version] = weights_digest(arrays)
 
@@ -163,6 +198,7 @@ class Trainer:
         try:
             with GracefulStop(kill_children_now) as stop:
                 try:
+                    self._open_run_resources()
                     self.pool = make_actor_pool(
                         s, self.policy_factory, self.learner.weight_arrays(),
                         self.observation_dim, self.action_dim, gin.config_str(),
@@ -175,7 +211,7 @@ class Trainer:
                     # The learner's optimizer is built (~1 s of imports) while
                     # the actors start.
                     optimizer_ready = threading.Thread(
-                        target=lambda: self.learner.optimizer, daemon=True,
+                        target=self._build_optimizer, daemon=True,
                         name="alf_async-build-optimizer")
                     optimizer_ready.start()
                     self.pool.start()
@@ -186,8 +222,11 @@ class Trainer:
                     self._loop(metrics, stop)
                 finally:
                     stop.stopping = True  # a signal now kills everything at once
-                    if self.pool is not None:
-                        self.pool.close()
+                    try:
+                        if self.pool is not None:
+                            self.pool.close()
+                    finally:
+                        self._close_run_resources()
                     sweep_stale_blocks()
         finally:
             metrics.close()
@@ -232,20 +271,27 @@ class Trainer:
             if record is not None:
                 metrics.console(record, s.num_env_steps, s.num_iterations, force=True)
         finally:
-            # The learner state is consistent between iterations, so a final
-            # checkpoint is valid after a normal end, an interrupt or an actor
-            # failure; after a learner error it would hold a half-trained model.
-            exc = sys.exc_info()[1]
-            learner_failed = exc is not None and not isinstance(
-                exc, (KeyboardInterrupt, TerminationRequested, ActorPoolError))
-            if ((completed or not learner_failed) and c["iteration"] > 0
-                    and c["iteration"] % s.checkpoint_interval != 0):
-                try:
-                    self.save_checkpoint(metrics)
-                except (OSError, NonFiniteError) as e:
-                    if exc is None:
-                        raise
-                    logger.error("the final checkpoint could not be written: %s", e)
+            self._final_checkpoint(metrics, completed)
+
+    def _final_checkpoint(self, metrics: MetricsRecorder, completed: bool) -> None:
+        """Write the last checkpoint when the loop ends (from its ``finally``).
+
+        The learner state is consistent between iterations, so a final
+        checkpoint is valid after a normal end, an interrupt or an actor
+        failure; after a learner error it would hold a half-trained model.
+        """
+        c = self.counters
+        exc = sys.exc_info()[1]
+        learner_failed = exc is not None and not isinstance(
+            exc, (KeyboardInterrupt, TerminationRequested, ActorPoolError))
+        if ((completed or not learner_failed) and c["iteration"] > 0
+                and int(c["iteration"]) != self.last_checkpoint_iteration):
+            try:
+                self.save_checkpoint(metrics)
+            except (OSError, NonFiniteError) as e:
+                if exc is None:
+                    raise
+                logger.error("the final checkpoint could not be written: %s", e)
 
     def _too_stale(self, message: BatchReady) -> bool:
         """Drop (release untrained) a batch older than ``max_lag`` versions."""

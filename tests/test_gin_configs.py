@@ -13,7 +13,9 @@ import gin
 import pytest
 
 from alf_async.config import parse_config
+from alf_async.off_policy_trainer import OffPolicyTrainer
 from alf_async.trainer import Trainer
+from alf_async.trainers import make_trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "gin_configs", "*.gin")))
@@ -31,10 +33,14 @@ def test_expected_configs_are_shipped():
 def test_config_builds_a_trainer(name, tmp_path):
     parse_config([name])
     try:
-        trainer = Trainer(root_dir=str(tmp_path / "run"))
+        trainer = make_trainer(root_dir=str(tmp_path / "run"))
         s = trainer.settings
         assert s.num_env_steps > 0 or s.num_iterations > 0
-        assert trainer.learner.mini_batch_size <= s.unroll_length * s.num_envs
+        if s.off_policy:
+            assert isinstance(trainer, OffPolicyTrainer)
+            assert trainer.learner.batch_size <= trainer.replay_settings.learning_starts
+        else:
+            assert trainer.learner.mini_batch_size <= s.unroll_length * s.num_envs
     finally:
         gin.clear_config()
 
@@ -73,3 +79,20 @@ def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
     sync, async_ = values[f"{stem}.gin"], values[f"async_{stem}.gin"]
     assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors"}
     assert (sync["num_actors"], async_["num_actors"]) == (1, 2)
+
+
+def test_async_sac_differs_from_sync_only_in_the_async_bindings(tmp_path):
+    values = {}
+    for name in ("sac_bullet_half_cheetah.gin", "async_sac_bullet_half_cheetah.gin"):
+        parse_config([name])
+        trainer = make_trainer(root_dir=str(tmp_path / name))
+        values[name] = {**trainer.settings.as_dict(),
+                        **{f"replay.{k}": v for k, v in vars(trainer.replay_settings).items()},
+                        **{f"learner.{k}": v for k, v in vars(trainer.learner).items()
+                           if isinstance(v, (int, float, str, bool))}}
+        gin.clear_config()
+    sync, async_ = values["sac_bullet_half_cheetah.gin"], values[
+        "async_sac_bullet_half_cheetah.gin"]
+    assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors", "replay.strict"}
+    assert sync["algorithm"] == "sac" and sync["replay.env_steps_per_gradient_step"] == 1.0
+    assert sync["learner.batch_size"] == 256 and sync["learner.gamma"] == 0.98

@@ -8,8 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from alf_async.runtime.replay_buffer import (ReplayBuffer, next_observations, replay_nbytes,
-                                             replay_specs)
+from alf_async.runtime.replay_buffer import ReplayBuffer, replay_nbytes, replay_specs
 from alf_async.runtime.step_ratio import StepRatio
 from alf_async.utils.shared_memory import list_blocks, shm_directory
 
@@ -46,6 +45,8 @@ def test_fills_in_time_major_order_and_wraps_around(buffer):
                                                                       True, False])
     # Oldest first for a checkpoint.
     np.testing.assert_array_equal(buffer.state_arrays()["reward"], [2, 3, 4, 5, 6])
+    buffer.add_trajectory(trajectory(1, 1, 7), gradient_step=42)
+    np.testing.assert_array_equal(buffer.state_arrays()["inserted_at"], [0, 0, 0, 0, 42])
 
 
 def test_a_trajectory_larger_than_the_buffer_keeps_its_newest_transitions(buffer):
@@ -116,17 +117,7 @@ def test_another_process_sees_the_transitions_and_close_frees_the_block():
 
 def test_nbytes_matches_the_specs():
     assert replay_nbytes(10, 3, 2) == sum(s.nbytes for s in replay_specs(10, 3, 2).values())
-    assert replay_nbytes(10, 3, 2) == 10 * (4 * 3 * 2 + 4 * 2 + 4 + 1) + 16
-
-
-def test_next_observations_use_the_final_observation_where_an_episode_ended():
-    T, K = 3, 2
-    obs = np.arange(T * K, dtype=np.float32).reshape(T, K, 1)  # s_t = 2t + k
-    final = -obs - 100  # final observation of an episode that ended at (t, k)
-    done = np.array([[False, True], [False, False], [True, False]])
-    last = np.array([[60.0], [61.0]], np.float32)
-    got = next_observations(obs, final, done, last)[..., 0]
-    np.testing.assert_array_equal(got, [[2, -101], [4, 5], [-104, 61]])
+    assert replay_nbytes(10, 3, 2) == 10 * (4 * 3 * 2 + 4 * 2 + 4 + 1 + 8) + 16
 
 
 # -- the ratio contract ---------------------------------------------------------
@@ -165,6 +156,15 @@ def test_strict_sync_loop_alternates_collect_and_train():
     assert events == [("collect", 6), ("train", 3), ("collect", 12), ("train", 6),
                       ("collect", 18), ("train", 9), ("collect", 24), ("train", 12)]
     assert ratio.achieved(env_steps, grads) == 2.0
+
+
+def test_a_contract_resumed_without_its_buffer_collects_learning_starts_again():
+    r = StepRatio(2.0, learning_starts=10, lead=4, env_steps_offset=100,
+                  gradient_steps_offset=45)
+    assert r.gradient_steps_earned(105) == 45 and r.gradient_steps_due(109, 45) == 0
+    assert r.gradient_steps_earned(114) == 47
+    assert r.may_collect(106, 4, 45) and not r.may_collect(112, 4, 45)
+    assert r.achieved(130, 55) == 2.0
 
 
 @pytest.mark.parametrize("kwargs, match", [

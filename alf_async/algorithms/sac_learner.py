@@ -32,16 +32,13 @@ import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.ppo_learner import NonFiniteError
 from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
                                            polyak_update, temperature_loss)
 from alf_async.envs.spaces import ActionSpec, as_action_spec
 from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.validation import ConfigError, check
-
-
-class NonFiniteSACError(RuntimeError):
-    """A gradient step produced non-finite losses."""
 
 
 @gin.configurable
@@ -132,7 +129,7 @@ class SACLearner:
         """One gradient step on transitions ([B, ...] arrays of the replay fields).
 
         Returns losses and diagnostics: critic_loss, actor_loss, alpha,
-        alpha_loss, q_mean, entropy (mean -log pi of the actor's samples).
+        alpha_loss, q_mean, policy_entropy (mean -log pi of the actor's samples).
         """
         b = self._tensors(batch)
         obs, next_obs = b["observation"], b["next_observation"]
@@ -170,9 +167,9 @@ class SACLearner:
         stats = {"critic_loss": float(loss_q.detach()), "actor_loss": float(loss_pi.detach()),
                  "alpha_loss": float(loss_alpha.detach()), "alpha": self.alpha,
                  "q_mean": float(q1.detach().mean()),
-                 "entropy": float(-log_prob.detach().mean())}
+                 "policy_entropy": float(-log_prob.detach().mean())}
         if not all(np.isfinite(v) for v in stats.values()):
-            raise NonFiniteSACError(f"SAC gradient step {self.gradient_steps} gave "
+            raise NonFiniteError(f"SAC gradient step {self.gradient_steps} gave "
                                     f"non-finite values: {stats}")
         return stats
 

@@ -1,7 +1,8 @@
 """Loading a trained policy from a run directory and playing episodes with it.
 
 ``load_policy`` rebuilds the learner from the run's ``config.gin`` and a
-checkpoint and returns the deterministic (mean-action) ``NeuralPolicy``;
+checkpoint and returns its deterministic (mean-action) policy (``NeuralPolicy``
+for PPO, ``SACPolicy`` for SAC);
 ``run_episodes`` plays it on one env rendered off-screen, optionally recording
 frames with a ``VideoWriter`` (playback.video). The ``play`` command
 (alf_async.bin.play) is the command-line front of this module.
@@ -66,11 +67,13 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     """(policy, env_name, max_episode_steps, checkpoint path) of a run."""
     import gin
 
+    from alf_async.algorithms.policy import NeuralPolicy
     from alf_async.algorithms.ppo_learner import PPOLearner
+    from alf_async.algorithms.sac_learner import SACLearner
+    from alf_async.algorithms.sac_policy import SACPolicy
     from alf_async.config import ConfigError, parse_config
     from alf_async.envs.gym_env import UnknownEnvError, env_spec
     from alf_async.envs.spaces import UnsupportedSpaceError
-    from alf_async.algorithms.policy import NeuralPolicy
 
     if not os.path.isdir(root_dir):
         raise PlayError(f"run directory {root_dir} does not exist")
@@ -80,18 +83,20 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     state, path = find_checkpoint(root_dir, checkpoint)
     try:
         parse_config([config])
-        gin.bind_parameter("PPOLearner.device", "cpu")
+        sac = trainer_setting("algorithm") == "sac"
+        gin.bind_parameter("SACLearner.device" if sac else "PPOLearner.device", "cpu")
         env_name = trainer_setting("env_name")
         observation_dim, action_spec, _ = env_spec(env_name)
+        learner = (SACLearner if sac else PPOLearner)(observation_dim, action_spec)
     except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
         raise PlayError(str(e)) from None
-    learner = PPOLearner(observation_dim, action_spec)
     try:
         learner.load_state_dict(state["learner"])
     except (KeyError, RuntimeError, ValueError) as e:
         raise PlayError(f"checkpoint {path} does not fit the run's config "
                         f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    policy = NeuralPolicy(observation_dim, action_spec, deterministic=True)
+    policy = (SACPolicy if sac else NeuralPolicy)(observation_dim, action_spec,
+                                                  deterministic=True)
     policy.load_weights(learner.weight_arrays())
     return policy, env_name, trainer_setting("max_episode_steps"), path
 

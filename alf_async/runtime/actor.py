@@ -112,6 +112,7 @@ class Actor:
         obs = self._observation  # [K, O], updated split by split
         env, policy = self.env, self.policy
         last = self.settings.unroll_length - 1
+        next_obs = out.get("next_observation")
 
         def act_and_send(split: int, t: int) -> None:
             envs = env.splits[split]
@@ -143,6 +144,10 @@ class Actor:
                     idx = np.flatnonzero(result.truncated)
                     truncation_value[idx] = policy.value(result.final_observation[idx])
                 out["truncation_value"][t, envs] = truncation_value
+                if next_obs is not None:  # off-policy: s_{t+1} of this episode
+                    done = result.terminated | result.truncated
+                    next_obs[t, envs] = np.where(done[:, None], result.final_observation,
+                                                 result.observation)
                 obs[envs] = result.observation
                 timing["inference"] += time.perf_counter() - t1
                 if t < last:

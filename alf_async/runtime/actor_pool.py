@@ -92,10 +92,13 @@ class ActorPool(Protocol):
     def start(self) -> None:
         """Start every actor; returns once each has built its envs."""
 
-    def next_batch(self) -> Tuple[BatchReady, Dict[str, np.ndarray]]:
-        """Block until the batch to train on next is ready: (message, [T, K] arrays).
+    def next_batch(self, timeout: Optional[float] = None
+                   ) -> Optional[Tuple[BatchReady, Dict[str, np.ndarray]]]:
+        """Wait until the batch to train on next is ready: (message, [T, K] arrays).
 
-        The arrays stay valid until ``release(message)``.
+        With ``timeout`` (seconds), None if no batch is ready by then (an
+        off-policy learner polls while it trains). The arrays stay valid until
+        ``release(message)``.
         """
 
     def release(self, message: BatchReady, reseed_epoch: Optional[int] = None) -> None:

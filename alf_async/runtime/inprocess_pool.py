@@ -31,7 +31,8 @@ class InProcessActorPool:
         self.env_modules = tuple(env_modules)
         self.actor: Optional[Actor] = None
         self.buffer = allocate_trajectory(settings.unroll_length, settings.num_envs,
-                                          observation_dim, action_dim)
+                                          observation_dim, action_dim,
+                                          next_observation=settings.off_policy)
         self._weights: Optional[Tuple[int, Dict[str, np.ndarray]]] = None
 
     def publish_weights(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
@@ -45,7 +46,10 @@ class InProcessActorPool:
     def pids(self) -> List[int]:
         return list(self.actor.env.worker_pids) if self.actor else []
 
-    def next_batch(self) -> Tuple[BatchReady, Dict[str, np.ndarray]]:
+    def next_batch(self, timeout: Optional[float] = None
+                   ) -> Optional[Tuple[BatchReady, Dict[str, np.ndarray]]]:
+        """Unroll now (the actor runs in this process, so a batch is always
+        ready; ``timeout`` is not needed)."""
         version, arrays = self._weights
         if version > self.actor.version:
             self.actor.load_weights(version, arrays)

@@ -77,7 +77,8 @@ class ProcessActorPool:
         try:
             self.slots = TrajectorySlots.create(
                 settings.num_actors * settings.slots_per_actor, settings.unroll_length,
-                settings.num_envs, observation_dim, action_dim)
+                settings.num_envs, observation_dim, action_dim,
+                next_observation=settings.off_policy)
         except BaseException:
             self.store.close()
             raise
@@ -222,13 +223,19 @@ class ProcessActorPool:
                                                     f"{describe_exit(handle.process.exitcode)}")
         self._check_hung_actors()
 
-    def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
-        """Block until the scheduler picks a batch; returns its message and slot views."""
+    def next_batch(self, timeout: Optional[float] = None
+                   ) -> Optional[Tuple[messages.BatchReady, Dict[str, np.ndarray]]]:
+        """Wait until the scheduler picks a batch; returns its message and slot
+        views, or None if none is ready within ``timeout`` seconds (None: wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             message = self._scheduler.next(self.store.version)
             if message is not None:
                 return message, self.slots.slot(message.slot)
-            self._poll(1.0)
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0 and deadline is not None:
+                return None
+            self._poll(min(1.0, max(left, 0.0)))
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Give the slot of a trained batch back to its actor.

@@ -130,7 +130,8 @@ class _RayActor:
             env_modules=gin_imports(launch.gin_config))
         self.buffer = allocate_trajectory(s.unroll_length, s.num_envs,
                                           self.actor.env.observation_dim,
-                                          self.actor.env.action_spec.dim)
+                                          self.actor.env.action_spec.dim,
+                                          next_observation=s.off_policy)
 
     def ready(self) -> Tuple[int, List[int], str]:
         """(pid, env-worker pids, node id), once the envs are built."""
@@ -561,13 +562,19 @@ class RayActorPool:
         self._check_unplaced_actors()
         self._probe_hung_actors()
 
-    def next_batch(self) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
-        """Block until the scheduler picks a batch; returns its message and arrays."""
+    def next_batch(self, timeout: Optional[float] = None
+                   ) -> Optional[Tuple[messages.BatchReady, Dict[str, np.ndarray]]]:
+        """Wait until the scheduler picks a batch; returns its message and
+        arrays, or None if none is ready within ``timeout`` seconds (None: wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             message = self._scheduler.next(self._weights[0])
             if message is not None:
                 return message, self._arrived[message.slot]
-            self._poll(1.0)
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0 and deadline is not None:
+                return None
+            self._poll(min(1.0, max(left, 0.0)))
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Hand the slot back: the actor's next unroll call starts with the newest weights."""

@@ -13,6 +13,7 @@ owner (a sampler, a Hogwild worker) can attach to it by name:
 | next_observation | [C, O] | float32 | s_{t+1}; the episode's final observation when t  |
 |                  |        |         | ended it (terminated or truncated)               |
 | terminated       | [C]    | bool    | s_{t+1} is terminal: no bootstrap from it        |
+| inserted_at      | [C]    | int64   | the learner's gradient steps when it was added   |
 | cursor           | [2]    | int64   | (next write position, number of valid entries)   |
 
 Bootstrapping: a transition that ended its episode by truncation (time limit)
@@ -27,13 +28,14 @@ One process writes; readers see a consistent ``size`` after each
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping
 
 import numpy as np
 
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 TRANSITION_FIELDS = ("observation", "action", "reward", "next_observation", "terminated")
+STORED_FIELDS = TRANSITION_FIELDS + ("inserted_at",)
 
 
 def replay_specs(capacity: int, observation_dim: int, action_dim: int) -> Dict[str, ArraySpec]:
@@ -44,6 +46,7 @@ def replay_specs(capacity: int, observation_dim: int, action_dim: int) -> Dict[s
         "reward": ArraySpec((capacity,), "float32"),
         "next_observation": ArraySpec((capacity, observation_dim), "float32"),
         "terminated": ArraySpec((capacity,), "bool"),
+        "inserted_at": ArraySpec((capacity,), "int64"),
         "cursor": ArraySpec((2,), "int64"),
     }
 
@@ -94,9 +97,11 @@ class ReplayBuffer:
         """Index the next transition is written to."""
         return int(self.block.arrays["cursor"][0])
 
-    def add_trajectory(self, trajectory: Mapping[str, np.ndarray]) -> int:
+    def add_trajectory(self, trajectory: Mapping[str, np.ndarray],
+                       gradient_step: int = 0) -> int:
         """Append the T x K transitions of ``trajectory`` (arrays [T, K, ...] of
-        ``TRANSITION_FIELDS``); returns how many were added."""
+        ``TRANSITION_FIELDS``, and optionally ``inserted_at``), stamped with
+        ``gradient_step``; returns how many were added."""
         a = self.block.arrays
         reward = trajectory["reward"]
         count = int(reward.size)
@@ -109,17 +114,22 @@ class ReplayBuffer:
         for key in TRANSITION_FIELDS:
             rows = np.asarray(trajectory[key]).reshape((count,) + a[key].shape[1:])
             a[key][index] = rows[skip:]
+        if "inserted_at" in trajectory:
+            a["inserted_at"][index] = np.asarray(trajectory["inserted_at"]).reshape(count)[skip:]
+        else:
+            a["inserted_at"][index] = gradient_step
         a["cursor"][0] = (position + count) % self.capacity
         a["cursor"][1] = min(self.capacity, self.size + count)
         return count
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
-        """``batch_size`` transitions drawn uniformly with replacement: arrays [B, ...]."""
+        """``batch_size`` transitions drawn uniformly with replacement: arrays
+        [B, ...] of ``TRANSITION_FIELDS`` and ``inserted_at``."""
         size = self.size
         if size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         index = rng.integers(0, size, batch_size)
-        return {key: self.block.arrays[key][index] for key in TRANSITION_FIELDS}
+        return {key: self.block.arrays[key][index] for key in STORED_FIELDS}
 
     # -- checkpoints ----------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:
@@ -127,7 +137,7 @@ class ReplayBuffer:
         size, position = self.size, self.position
         start = position - size if size < self.capacity else position
         order = (start + np.arange(size)) % self.capacity
-        return {key: self.block.arrays[key][order].copy() for key in TRANSITION_FIELDS}
+        return {key: self.block.arrays[key][order].copy() for key in STORED_FIELDS}
 
     def load_state_arrays(self, state: Mapping[str, np.ndarray]) -> None:
         """Refill from ``state_arrays()`` of a buffer with the same O and A (the
@@ -142,32 +152,8 @@ class ReplayBuffer:
         a["cursor"][:] = 0
         count = len(state["reward"])
         rows = {key: np.asarray(state[key]).reshape((count, 1) + a[key].shape[1:])
-                for key in TRANSITION_FIELDS}  # as a trajectory of [count, 1]
+                for key in STORED_FIELDS if key in state}  # a trajectory of [count, 1]
         self.add_trajectory(rows)
 
     def close(self) -> None:
         self.block.close()
-
-
-def next_observations(observation: np.ndarray, final_observation: np.ndarray,
-                      done: np.ndarray, last_observation: np.ndarray,
-                      out: Optional[np.ndarray] = None) -> np.ndarray:
-    """s_{t+1} of every step of a trajectory, for the replay buffer.
-
-    Args:
-        observation: [T, K, O] s_t.
-        final_observation: [T, K, O] the observation that ended the episode at
-            t (only read where ``done``).
-        done: [T, K] bool, terminated or truncated at t.
-        last_observation: [K, O] the observation after the last step (the
-            next unroll's s_0).
-    Returns [T, K, O]: observation[t + 1] (last_observation for t = T - 1), or
-    final_observation[t] where the episode ended at t (the envs reset, so
-    observation[t + 1] belongs to the next episode).
-    """
-    if out is None:
-        out = np.empty_like(observation)
-    out[:-1] = observation[1:]
-    out[-1] = last_observation
-    out[done] = final_observation[done]
-    return out

@@ -37,11 +37,16 @@ class StepRatio:
         learning_starts: env steps collected before the first gradient step.
         lead: env steps the actors may be ahead of what the learner paid for
             (> 0; the Trainer uses N x K x unroll_length).
+        env_steps_offset, gradient_steps_offset: the counts the contract starts
+            from (a run resumed without its replay buffer collects
+            ``learning_starts`` steps again before training on).
     """
 
     env_steps_per_gradient_step: float
     learning_starts: int
     lead: int
+    env_steps_offset: int = 0
+    gradient_steps_offset: int = 0
 
     def __post_init__(self) -> None:
         if not self.env_steps_per_gradient_step > 0:
@@ -54,10 +59,11 @@ class StepRatio:
 
     def gradient_steps_earned(self, env_steps: int) -> int:
         """G*(E): gradient steps that ``env_steps`` collected pay for in all."""
-        if env_steps < self.learning_starts:
-            return 0
-        return int(math.floor((env_steps - self.learning_starts)
-                              / self.env_steps_per_gradient_step + 1e-9))
+        collected = env_steps - self.env_steps_offset
+        if collected < self.learning_starts:
+            return self.gradient_steps_offset
+        return self.gradient_steps_offset + int(math.floor(
+            (collected - self.learning_starts) / self.env_steps_per_gradient_step + 1e-9))
 
     def gradient_steps_due(self, env_steps: int, gradient_steps: int) -> int:
         """Gradient steps the learner may take now (>= 0)."""
@@ -67,13 +73,16 @@ class StepRatio:
                     gradient_steps: int) -> bool:
         """Whether an actor may start a batch of ``batch_steps`` env steps, with
         ``env_steps_committed`` collected or in flight and ``gradient_steps`` taken."""
-        if env_steps_committed + batch_steps <= self.learning_starts:
+        collected = env_steps_committed + batch_steps - self.env_steps_offset
+        if collected <= self.learning_starts:
             return True
-        paid = self.learning_starts + self.env_steps_per_gradient_step * gradient_steps
-        return env_steps_committed + batch_steps <= paid + self.lead
+        paid = self.learning_starts + self.env_steps_per_gradient_step * (
+            gradient_steps - self.gradient_steps_offset)
+        return collected <= paid + self.lead
 
     def achieved(self, env_steps: int, gradient_steps: int) -> float:
         """Env steps per gradient step since learning started (nan before any)."""
-        if gradient_steps < 1:
+        grads = gradient_steps - self.gradient_steps_offset
+        if grads < 1:
             return float("nan")
-        return max(0, env_steps - self.learning_starts) / gradient_steps
+        return max(0, env_steps - self.env_steps_offset - self.learning_starts) / grads

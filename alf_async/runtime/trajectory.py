@@ -13,6 +13,8 @@ One trajectory is an unroll of T steps on K envs (time-major):
 | value            | [T, K]     | float32 | V(s_t) of the behaviour value network       |
 | truncation_value | [T, K]     | float32 | V(final obs) where truncated, else 0        |
 | bootstrap_value  | [K]        | float32 | V(s_T) after the last step                  |
+| next_observation | [T, K, O]  | float32 | s_{t+1}, the final observation where the    |
+|                  |            |         | episode ended at t (off-policy runs only)   |
 
 The policy version that acted, timings and finished episodes travel in the small
 message that announces the batch (``runtime.messages``).
@@ -42,29 +44,36 @@ _FIELDS = {
 
 
 def trajectory_specs(unroll_length: int, num_envs: int, observation_dim: int,
-                     action_dim: int, num_slots: Optional[int] = None) -> Dict[str, ArraySpec]:
-    """Array specs of a trajectory, with a leading slot dim if ``num_slots``."""
+                     action_dim: int, num_slots: Optional[int] = None,
+                     next_observation: bool = False) -> Dict[str, ArraySpec]:
+    """Array specs of a trajectory, with a leading slot dim if ``num_slots``
+    (and the ``next_observation`` field if asked: off-policy runs)."""
     lead = () if num_slots is None else (num_slots,)
     specs = {}
     for name, (extra, dtype) in _FIELDS.items():
         tail = {"obs": (observation_dim,), "act": (action_dim,)}.get(extra, extra)
         specs[name] = ArraySpec(lead + (unroll_length, num_envs) + tuple(tail), dtype)
     specs["bootstrap_value"] = ArraySpec(lead + (num_envs,), "float32")
+    if next_observation:
+        specs["next_observation"] = ArraySpec(
+            lead + (unroll_length, num_envs, observation_dim), "float32")
     return specs
 
 
 def trajectory_nbytes(unroll_length: int, num_envs: int, observation_dim: int,
-                      action_dim: int) -> int:
+                      action_dim: int, next_observation: bool = False) -> int:
     """Bytes of one trajectory."""
     return sum(s.nbytes for s in trajectory_specs(
-        unroll_length, num_envs, observation_dim, action_dim).values())
+        unroll_length, num_envs, observation_dim, action_dim,
+        next_observation=next_observation).values())
 
 
 def allocate_trajectory(unroll_length: int, num_envs: int, observation_dim: int,
-                        action_dim: int) -> Dict[str, np.ndarray]:
+                        action_dim: int, next_observation: bool = False) -> Dict[str, np.ndarray]:
     """A private (non-shared) trajectory buffer."""
     return {k: np.zeros(s.shape, s.dtype) for k, s in trajectory_specs(
-        unroll_length, num_envs, observation_dim, action_dim).items()}
+        unroll_length, num_envs, observation_dim, action_dim,
+        next_observation=next_observation).items()}
 
 
 class TrajectorySlots:
@@ -76,9 +85,10 @@ class TrajectorySlots:
 
     @classmethod
     def create(cls, num_slots: int, unroll_length: int, num_envs: int,
-               observation_dim: int, action_dim: int) -> "TrajectorySlots":
+               observation_dim: int, action_dim: int,
+               next_observation: bool = False) -> "TrajectorySlots":
         specs = trajectory_specs(unroll_length, num_envs, observation_dim, action_dim,
-                                 num_slots)
+                                 num_slots, next_observation=next_observation)
         return cls(SharedArrays.create(specs, tag="traj"))
 
     @classmethod

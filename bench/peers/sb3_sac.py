@@ -1,0 +1,94 @@
+"""Stable-Baselines3 SAC on HalfCheetahBulletEnv-v0 with the rl-baselines3-zoo
+hyperparameters, for bench/sac_learning.py.
+
+Runs under the Python of SB3's own virtual environment (never alf_async's:
+SB3 is a benchmark-only dependency), e.g.
+    /tmp/peers/sb3/bin/python bench/peers/sb3_sac.py --marks 100000,300000
+
+Zoo entry (hyperparams/sac.yml, HalfCheetahBulletEnv-v0): buffer 300000,
+batch 256, lr 7.3e-4, gamma 0.98, tau 0.02, train_freq 8, gradient_steps 8,
+learning_starts 10000, ent_coef auto, gSDE with log_std_init -3, net_arch
+[400, 300], TimeFeatureWrapper. Prints one JSON line: {"library": "sb3",
+"return_at": {mark: mean return of the last 100 episodes}, "wall_s_at": {mark:
+seconds of model.learn}, "gradient_steps_per_s", "env_steps_per_s"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+import pybullet_envs_gymnasium  # noqa: F401  (registers the Bullet envs)
+from stable_baselines3 import SAC
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.monitor import Monitor
+
+
+class TimeFeature(gym.ObservationWrapper):
+    """Appends 1 - t / max_steps to the observation (sb3-contrib's TimeFeatureWrapper,
+    rewritten here so that the venv needs no sb3-contrib)."""
+
+    def __init__(self, env, max_steps: int = 1000):
+        super().__init__(env)
+        low = np.append(env.observation_space.low, 0.0).astype(np.float32)
+        high = np.append(env.observation_space.high, 1.0).astype(np.float32)
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+        self.max_steps, self.t = max_steps, 0
+
+    def reset(self, **kwargs):
+        self.t = 0
+        return super().reset(**kwargs)
+
+    def step(self, action):
+        self.t += 1
+        return super().step(action)
+
+    def observation(self, observation):
+        return np.append(observation, 1.0 - self.t / self.max_steps).astype(np.float32)
+
+
+class Marks(BaseCallback):
+    def __init__(self, marks):
+        super().__init__()
+        self.marks, self.returns = sorted(marks), deque(maxlen=100)
+        self.return_at, self.wall_s_at, self.start = {}, {}, time.monotonic()
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", []):
+            if "episode" in info:
+                self.returns.append(info["episode"]["r"])
+        for mark in self.marks:
+            if str(mark) not in self.return_at and self.num_timesteps >= mark:
+                self.return_at[str(mark)] = float(np.mean(self.returns)) if self.returns else None
+                self.wall_s_at[str(mark)] = time.monotonic() - self.start
+        return True
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--marks", default="100000,300000")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    marks = [int(m) for m in args.marks.split(",")]
+    env = TimeFeature(Monitor(gym.make("HalfCheetahBulletEnv-v0")))
+    model = SAC("MlpPolicy", env, learning_rate=7.3e-4, buffer_size=300000, batch_size=256,
+                ent_coef="auto", gamma=0.98, tau=0.02, train_freq=8, gradient_steps=8,
+                learning_starts=10000, use_sde=True,
+                policy_kwargs=dict(log_std_init=-3, net_arch=[400, 300]),
+                seed=args.seed, device="cpu", verbose=0)
+    callback = Marks(marks)
+    start = time.monotonic()
+    model.learn(total_timesteps=max(marks), callback=callback)
+    wall = time.monotonic() - start
+    print(json.dumps({"library": "sb3", "return_at": callback.return_at,
+                      "wall_s_at": callback.wall_s_at,
+                      "gradient_steps_per_s": model._n_updates / wall,
+                      "env_steps_per_s": model.num_timesteps / wall}))
+
+
+if __name__ == "__main__":
+    main()
