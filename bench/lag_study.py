@@ -9,15 +9,16 @@ final checkpoint, clean exit) or at ``--max_env_steps``.
 
 Configurations (``--configs`` picks some by name, in this order):
 
-- ``sync``: N = 1 (lag 0);
+- ``sync``: N = 1 (lag 0) with PPO2 (``lag_correction = "none"``, the
+  baseline every "x sync" compares with);
 - ``sync_decoupled``: N = 1 with the decoupled objective (without lag it differs
   from PPO2 only by the observation statistics the actor and the learner
   used: the clip is centred on the learner's own view of the batch);
 - ``n2_none`` / ``n2_decoupled`` / ``n2_vtrace``: N = 2 with
   ``PPOLearner.lag_correction`` none (PPO2), decoupled, vtrace;
 - ``n4_none`` / ``n4_decoupled`` / ``n4_vtrace``: the same with N = 4;
-- ``n2_decoupled_recompute`` / ``n2_vtrace_recompute`` / ``n4_decoupled_recompute``:
-  with ``PPOLearner.recompute_values = True``;
+- ``n2_decoupled_recompute`` / ``n2_vtrace_recompute`` / ``n4_decoupled_recompute``
+  / ``n4_vtrace_recompute``: with ``PPOLearner.recompute_values = True``;
 - ``n2_lockstep``: N = 2 with ``Trainer.max_lag = 0`` (a batch one version old
   is dropped): everything async changes except the lag, the control that
   isolates lag. Its steps are the trained ones (dropped steps are reported
@@ -66,6 +67,7 @@ def _async(num_actors: int, *params: str) -> Tuple[str, List[str]]:
     return ASYNC_GIN, [f"Trainer.num_actors={num_actors}", *params]
 
 
+NONE = "PPOLearner.lag_correction='none'"  # PPO2 (explicit: the default is decoupled)
 DECOUPLED = "PPOLearner.lag_correction='decoupled'"
 VTRACE = "PPOLearner.lag_correction='vtrace'"
 RECOMPUTE = "PPOLearner.recompute_values=True"
@@ -73,20 +75,21 @@ BEHAVIOUR_STATS = "PPOLearner.observation_stats='behaviour'"
 
 # name -> (gin file, bindings); the order is the order runs are made in.
 CONFIGS: Dict[str, Tuple[str, List[str]]] = {
-    "sync": (SYNC_GIN, []),
+    "sync": (SYNC_GIN, [NONE]),
     "sync_decoupled": (SYNC_GIN, [DECOUPLED]),
-    "n2_none": _async(2),
+    "n2_none": _async(2, NONE),
     "n2_decoupled": _async(2, DECOUPLED),
     "n2_vtrace": _async(2, VTRACE),
-    "n4_none": _async(4),
+    "n4_none": _async(4, NONE),
     "n4_decoupled": _async(4, DECOUPLED),
     "n4_vtrace": _async(4, VTRACE),
     "n2_decoupled_recompute": _async(2, DECOUPLED, RECOMPUTE),
     "n2_vtrace_recompute": _async(2, VTRACE, RECOMPUTE),
     "n4_decoupled_recompute": _async(4, DECOUPLED, RECOMPUTE),
-    "n2_lockstep": _async(2, "Trainer.max_lag=0"),
-    "sync_behaviour_stats": (SYNC_GIN, [BEHAVIOUR_STATS]),
-    "n2_none_behaviour_stats": _async(2, BEHAVIOUR_STATS),
+    "n4_vtrace_recompute": _async(4, VTRACE, RECOMPUTE),
+    "n2_lockstep": _async(2, NONE, "Trainer.max_lag=0"),
+    "sync_behaviour_stats": (SYNC_GIN, [NONE, BEHAVIOUR_STATS]),
+    "n2_none_behaviour_stats": _async(2, NONE, BEHAVIOUR_STATS),
     "n2_decoupled_behaviour_stats": _async(2, DECOUPLED, BEHAVIOUR_STATS),
 }
 

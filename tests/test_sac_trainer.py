@@ -81,14 +81,16 @@ def test_the_ratio_holds_whichever_side_is_faster(tmp_path, env, ratio, learner_
     assert last["data_age"] >= 0 and {r["actor_id"] for r in rows} == {0, 1}
 
 
-@pytest.mark.parametrize("ratio", [1.0, 1.5])
-def test_strict_single_actor_is_the_sync_loop(tmp_path, ratio):
+@pytest.mark.parametrize("ratio, backend", [(1.0, "process"), (1.5, "process"),
+                                            (1.5, "inprocess")])
+def test_strict_single_actor_is_the_sync_loop(tmp_path, ratio, backend):
     """N = 1, strict: batch i is collected with the weights after all gradient
     steps that batches < i paid for, and its row counts exactly those steps."""
     b, starts = 16, 32
     replay = ReplaySettings(capacity=5_000, learning_starts=starts, strict=True,
                             env_steps_per_gradient_step=ratio, publish_interval=3)
-    trainer = train(tmp_path / "run", settings(num_actors=1, num_env_steps=480), replay)
+    trainer = train(tmp_path / "run", settings(num_actors=1, num_env_steps=480,
+                                               backend=backend), replay)
     rows = read_metrics(str(tmp_path / "run"))
 
     # The hand-written sync loop: collect b steps, then take what they paid for.

@@ -66,12 +66,16 @@ class PPOLearner:
             in the metrics); more than this many in a row stop the run with
             ``NonFiniteError``.
         lag_correction: how a batch acted by an older policy (lag) is corrected:
+            "decoupled" (the default; Hilton et al. 2021: the clip is centred on
+            the proximal policy, the learner's weights at the start of the
+            iteration, and the loss is weighted by min(pi_prox / mu, rho_bar));
             "none" (PPO2: the clip is centred on the behaviour policy mu);
-            "decoupled" (Hilton et al. 2021: the clip is centred on the proximal
-            policy, the learner's weights at the start of the iteration, and the
-            loss is weighted by min(pi_prox / mu, rho_bar)); "vtrace" (value
-            targets and advantages from V-trace with rho_bar and c_bar, and the
-            decoupled policy step). On-policy data gives PPO2 in every mode.
+            "vtrace" (value targets and advantages from V-trace with rho_bar
+            and c_bar, and the decoupled policy step). On-policy data gives PPO2
+            in every mode. The default comes from the HalfCheetah study in
+            docs/async_guide.md (3 seeds: decoupled needs 0.95x / 1.16x / 1.20x
+            sync's env steps to return 1000 at N = 1 / 2 / 4; PPO2 1.6x at N = 2
+            and did not reach it by 600k at N = 4).
         rho_bar: truncation of the importance weights (decoupled and vtrace).
         c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
         recompute_values: recompute V(s_t) of the batch with the learner's current
@@ -97,7 +101,7 @@ class PPOLearner:
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
                  device: str = "cpu", max_skipped_updates: int = 10,
-                 lag_correction: str = "none", rho_bar: float = 1.0, c_bar: float = 1.0,
+                 lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
                  recompute_values: bool = False, observation_stats: str = "updated",
                  seed: int = 0):
         for name, value, kind, bounds in (
