@@ -97,6 +97,7 @@ class OffPolicyTrainer(Trainer):
         self._restored_buffer: Optional[Dict[str, np.ndarray]] = None
         self._ratio_offsets = (0, 0)  # (env steps, gradient steps) the contract starts at
         self.ratio: Optional[StepRatio] = None
+        self._checkpoint_gradient_steps = -1  # gradient steps in the newest checkpoint
 
     # -- what differs from PPO ------------------------------------------------
     def _make_learner(self) -> SACLearner:
@@ -110,6 +111,19 @@ class OffPolicyTrainer(Trainer):
 
     def _weights_version(self) -> int:
         return int(self.learner.gradient_steps)
+
+    def save_checkpoint(self, metrics: MetricsRecorder) -> str:
+        path = super().save_checkpoint(metrics)
+        self._checkpoint_gradient_steps = int(self.learner.gradient_steps)
+        return path
+
+    def _final_checkpoint(self, metrics: MetricsRecorder, completed: bool) -> None:
+        # The last batch's gradient steps are taken after its iteration's
+        # periodic checkpoint: write again if they are not in it.
+        if (self.counters["iteration"] == self.last_checkpoint_iteration
+                and self._checkpoint_gradient_steps != self.learner.gradient_steps):
+            self.last_checkpoint_iteration = -1
+        super()._final_checkpoint(metrics, completed)
 
     def _extra_checkpoint_state(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"replay_offsets": list(self._ratio_offsets)}
@@ -151,9 +165,12 @@ class OffPolicyTrainer(Trainer):
         learner, buffer, pool = self.learner, self.buffer, self.pool
         b = s.steps_per_batch
         self.ratio = ratio = StepRatio(r.env_steps_per_gradient_step, r.learning_starts,
-                                       r.lead(s.num_actors, b), *self._ratio_offsets)
+                                       r.lead(s.num_actors, b, s.slots_per_actor),
+                                       *self._ratio_offsets)
         held: Deque[Tuple[BatchReady, float]] = collections.deque()
-        in_flight = s.num_actors * s.slots_per_actor * b  # every slot is out at start
+        slots = s.num_actors * s.slots_per_actor
+        in_flight = slots * b  # every slot is out at start
+        restarts_seen = pool.stats().restarts
         row = _RowAccumulator(c["env_steps"], learner.gradient_steps)
         start = last_end = time.monotonic()
         wall_at_start = c["wall_time"]
@@ -161,6 +178,15 @@ class OffPolicyTrainer(Trainer):
         record, completed = None, False
         try:
             while not self._budget_reached():
+                stats = pool.stats()
+                if stats.restarts != restarts_seen:
+                    # A restarted actor unrolls into all its slots again, also
+                    # those held here (their messages are stale now): hand every
+                    # held slot back and count what is out again. The actors may
+                    # get up to one batch each ahead of the ratio, once.
+                    restarts_seen = stats.restarts
+                    self._release_held(held)
+                    in_flight = slots * b  # queued batches are received later
                 due = ratio.gradient_steps_due(int(c["env_steps"]), learner.gradient_steps)
                 wait_start = time.monotonic()
                 # Ask for a batch only while one is being collected (an

@@ -293,17 +293,17 @@ class ReplaySettings:
 
     Args:
         capacity: transitions the buffer holds (the oldest are overwritten).
-        learning_starts: env steps collected (acting uniformly at random)
-            before the first gradient step.
+        learning_starts: env steps collected (acting uniformly at random in
+            a new run) before the first gradient step.
         env_steps_per_gradient_step: r, the ratio held between env steps and
             gradient steps whatever the speeds of sampling and training: the
             learner waits for data when it is ahead, the actors wait (their
             slots are not handed back) when they are ahead. 1.0 is SB3's SAC
             default; 0.5 takes two gradient steps per env step.
-        strict: actors may be ahead of the learner by one batch each (N = 1:
-            exactly "collect a batch, then take its gradient steps", the sync
-            algorithm); False lets each run one more batch ahead, so that
-            sampling and training overlap.
+        strict: actors may be ahead of the learner by the batches of their
+            slots only (N = 1 with one slot: exactly "collect a batch, then
+            take its gradient steps", the sync algorithm); False lets each run
+            one more batch ahead, so that sampling and training overlap.
         save_replay_buffer: checkpoints hold the buffer (resume continues
             with it); False keeps checkpoints small, and a resumed run starts
             with an empty buffer that refills for ``learning_starts`` steps.
@@ -327,6 +327,8 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         validate_fields(self, REPLAY_GIN_NAME)
 
-    def lead(self, num_actors: int, steps_per_batch: int) -> int:
-        """Env steps the actors may be ahead of what the learner has paid for."""
-        return (1 if self.strict else 2) * num_actors * steps_per_batch
+    def lead(self, num_actors: int, steps_per_batch: int, slots_per_actor: int = 1) -> int:
+        """Env steps the actors may be ahead of what the learner has paid for:
+        every slot's batch (strict), or one more batch per actor."""
+        extra = 0 if self.strict else num_actors
+        return (num_actors * slots_per_actor + extra) * steps_per_batch

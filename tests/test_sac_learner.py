@@ -90,9 +90,14 @@ def test_actors_act_uniformly_until_the_first_gradient_step():
     np.testing.assert_allclose(log_prob, -A * np.log(2), rtol=1e-6)
     learner.train_step(bandit_batch(np.random.default_rng(0), 256))
     policy.load_weights(learner.weight_arrays())
+    policy.reseed(5)
     assert not policy.uniform
-    action, _, _ = policy.act(obs)
-    assert action.std() < 0.9  # the network's samples, centred near tanh(mean)
+    action, log_prob, _ = policy.act(obs[:8])
+    # The network's own samples: the learner's actor with the same noise.
+    want, want_log_prob = learner.actor.sample(torch.from_numpy(obs[:8]),
+                                               torch.Generator().manual_seed(5))
+    np.testing.assert_allclose(action, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(log_prob, want_log_prob.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_refuses_discrete_actions_and_bad_settings():

@@ -67,7 +67,7 @@ def test_the_ratio_holds_whichever_side_is_faster(tmp_path, env, ratio, learner_
     rows = read_metrics(str(tmp_path / "run"))
     # Along the way: the learner is never ahead of what the env steps paid for,
     # and the actors never more than the lead (2 batches per actor) ahead of it.
-    lead = replay.lead(s.num_actors, s.steps_per_batch)
+    lead = replay.lead(s.num_actors, s.steps_per_batch, s.slots_per_actor)
     deficits = [(r["env_steps"] - replay.learning_starts) - ratio * r["gradient_steps_total"]
                 for r in rows if r["env_steps"] >= replay.learning_starts]
     assert deficits and min(deficits) >= 0 and max(deficits) <= lead, (min(deficits),
@@ -137,6 +137,25 @@ def test_resume_with_and_without_the_replay_buffer(tmp_path):
     assert resumed.learner.gradient_steps == g0 + (480 - 320 - 64)
 
 
+def test_a_dead_actor_is_restarted_and_the_ratio_still_holds(tmp_path, monkeypatch):
+    """An actor process exits at its envs' 100th step (W = 0: the envs step in
+    the actor); the pool restarts it, the off-policy loop recounts the slots in
+    flight, and the run ends on the ratio."""
+    monkeypatch.setenv("ALF_ASYNC_TEST_EXIT_ONCE", str(tmp_path / "exited"))
+    replay = ReplaySettings(capacity=5_000, learning_starts=64)
+    # Two slots per actor: the dying actor may have a batch held back here
+    # while it unrolls into its other slot.
+    s = settings("sac_test_envs:AlfAsyncExitingPointMass-v0", num_env_steps=1600,
+                 max_actor_restarts=2, slots_per_actor=2, num_actors=2)
+    trainer = train(tmp_path / "run", s, replay)
+    assert (tmp_path / "exited").exists()
+    assert trainer.pool.stats().restarts == 1
+    env_steps, grads = trainer.counters["env_steps"], trainer.learner.gradient_steps
+    assert env_steps >= 1600 and grads == env_steps - 64
+    rows = read_metrics(str(tmp_path / "run"))
+    assert rows[-1]["actor_restarts"] == 1
+
+
 def test_impossible_replay_settings_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="Replay.capacity"):
         ReplaySettings(capacity=0)
@@ -188,3 +207,38 @@ def test_the_async_sac_config_trains_logs_and_plays_from_the_command(tmp_path, t
         timeout=120)
     assert played.returncode == 0, played.stderr[-2000:]
     assert "episode 1: return" in played.stdout
+
+
+def test_a_polling_learner_gets_a_batch_that_has_arrived(tmp_path):
+    """next_batch(timeout=0) reads the actors' messages before giving up, so a
+    learner busy with gradient steps still takes finished batches."""
+    import time
+
+    from alf_async.runtime.process_pool import ProcessActorPool
+    from scripted_policy import ScriptedPolicy
+    from test_runtime_equivalence import ACT_DIM, OBS_DIM, make_config, weights
+
+    config = make_config(0, num_actors=1)
+    pool = ProcessActorPool(config, ScriptedPolicy, weights(0), OBS_DIM, ACT_DIM)
+    try:
+        pool.publish_weights(weights(0), 0)
+        pool.start()
+        time.sleep(3.0)  # the first unroll (a few ms) has long finished
+        got = pool.next_batch(timeout=0.0)
+        assert got is not None and got[0].actor_id == 0
+        pool.release(got[0])
+    finally:
+        pool.close()
+
+
+def test_the_final_checkpoint_holds_the_last_batch_gradient_steps(tmp_path):
+    """The last iteration is a checkpoint iteration (10 of 10): its periodic
+    checkpoint is written before the batch's gradient steps, so the final one
+    is written again with them."""
+    replay = ReplaySettings(capacity=5_000, learning_starts=32, strict=True)
+    trainer = train(tmp_path / "run", settings(num_actors=1, num_env_steps=160,
+                                               checkpoint_interval=10), replay)
+    path = checkpoint_files(str(tmp_path / "run"))[-1]
+    assert path.endswith("ckpt-10.pt")
+    assert load_checkpoint_file(path)["learner"]["gradient_steps"] == \
+        trainer.learner.gradient_steps == 160 - 32

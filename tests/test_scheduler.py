@@ -77,3 +77,17 @@ def test_dropping_an_actor_forgets_its_batches():
     assert scheduler.drop_actor(0) == 1
     assert len(scheduler) == 1
     assert scheduler.next(current_version=0).actor_id == 1
+
+
+def test_without_the_lag_rule_batches_go_in_arrival_order():
+    """An off-policy learner (versions count gradient steps, batches only fill a
+    replay buffer) takes whatever arrived first, even where the lag rule of
+    test_waits_for_a_late_actor_rather_than_break_its_lag_bound would wait."""
+    for enforce_lag, expected in ((True, None), (False, "first")):
+        scheduler = LagScheduler(num_actors=2, enforce_lag=enforce_lag)
+        scheduler.handed_out(0, 0)
+        scheduler.handed_out(1, 40)
+        first = Batch(actor_id=0, slot=0, version=0, sent_at=1.0)
+        scheduler.arrived(first)
+        got = scheduler.next(current_version=72)
+        assert got is (first if expected == "first" else None)

@@ -97,7 +97,9 @@ class SACLearner:
         self._lr = learning_rate
         self._optimizers: Optional[Dict[str, torch.optim.Optimizer]] = None
         self._optimizer_lock = threading.Lock()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed + 1)
+        # On the CPU whatever the device: a checkpoint's RNG state then loads
+        # on any machine (the play command runs on the CPU).
+        self.generator = torch.Generator().manual_seed(seed + 1)
         self.gradient_steps = 0
 
     @property

@@ -63,8 +63,12 @@ class SquashedGaussianActor(nn.Module):
         if deterministic:
             u = mean
         else:
+            # The generator may live on the CPU while the networks are on a
+            # GPU (the learner keeps its RNG on the CPU, so that checkpoints
+            # load on any device).
             noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype,
-                                device=mean.device)
+                                device=generator.device if generator is not None
+                                else mean.device).to(mean.device)
             u = mean + std * noise
         log_prob = torch.distributions.Normal(mean, std).log_prob(u).sum(-1)
         log_prob = log_prob - squash_correction(u)

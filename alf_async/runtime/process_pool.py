@@ -72,7 +72,8 @@ class ProcessActorPool:
         self.dropped_batches = 0
         self._ctx = mp_context()
         self._handles: Dict[int, _ActorHandle] = {}
-        self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor)
+        self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor,
+                                       enforce_lag=not settings.off_policy)
         self.store = WeightStore.create(example_weights)
         try:
             self.slots = TrajectorySlots.create(
@@ -232,10 +233,11 @@ class ProcessActorPool:
             message = self._scheduler.next(self.store.version)
             if message is not None:
                 return message, self.slots.slot(message.slot)
-            left = 1.0 if deadline is None else deadline - time.monotonic()
-            if left <= 0 and deadline is not None:
-                return None
-            self._poll(min(1.0, max(left, 0.0)))
+            left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self._poll(min(1.0, left))  # at least once: messages waiting are read
+            if deadline is not None and time.monotonic() >= deadline:
+                message = self._scheduler.next(self.store.version)
+                return None if message is None else (message, self.slots.slot(message.slot))
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Give the slot of a trained batch back to its actor.

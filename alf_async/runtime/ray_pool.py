@@ -227,7 +227,8 @@ class RayActorPool:
         self.dropped_batches = 0
         self.bytes_moved = 0
         self._policy_factory = pickle.dumps(policy_factory)
-        self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor)
+        self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor,
+                                       enforce_lag=not settings.off_policy)
         self._handles: Dict[int, _Handle] = {}
         self._calls: Dict[Any, _Call] = {}  # object ref -> call
         self._arrived: Dict[int, Dict[str, np.ndarray]] = {}  # slot -> arrays
@@ -571,10 +572,11 @@ class RayActorPool:
             message = self._scheduler.next(self._weights[0])
             if message is not None:
                 return message, self._arrived[message.slot]
-            left = 1.0 if deadline is None else deadline - time.monotonic()
-            if left <= 0 and deadline is not None:
-                return None
-            self._poll(min(1.0, max(left, 0.0)))
+            left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self._poll(min(1.0, left))  # at least once: finished calls are read
+            if deadline is not None and time.monotonic() >= deadline:
+                message = self._scheduler.next(self._weights[0])
+                return None if message is None else (message, self._arrived[message.slot])
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Hand the slot back: the actor's next unroll call starts with the newest weights."""

@@ -9,8 +9,10 @@ v + N - 1 at the latest (lag <= N - 1). The oldest-version pending batch goes
 first, but only if every other batch (pending, or still being unrolled, whose
 version is at least the one published when its slot was handed out) can still
 meet its deadline afterwards, one per iteration; otherwise the learner waits for
-the late actor. With several slots per actor the bound is not enforced and
-batches go in arrival order.
+the late actor. With several slots per actor, or without ``enforce_lag`` (an
+off-policy learner, whose versions count gradient steps and whose batches only
+fill a replay buffer), the bound is not enforced and batches go in arrival
+order.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ class LagScheduler:
     Args:
         num_actors: N.
         slots_per_actor: trajectories an actor may have in flight.
+        enforce_lag: hold back batches to keep lag <= N - 1 (one slot per actor).
     """
 
-    def __init__(self, num_actors: int, slots_per_actor: int = 1):
+    def __init__(self, num_actors: int, slots_per_actor: int = 1, enforce_lag: bool = True):
         self.num_actors = num_actors
         self.slots_per_actor = slots_per_actor
+        self.enforce_lag = enforce_lag
         self._pending: List[_Batch] = []
         # slot -> the oldest version its unroll under way can act with.
         self._unrolling: Dict[int, int] = {}
@@ -64,7 +68,7 @@ class LagScheduler:
         if not self._pending:
             return None
         by_arrival = sorted(range(len(self._pending)), key=lambda i: self._pending[i].sent_at)
-        if self.slots_per_actor != 1:
+        if self.slots_per_actor != 1 or not self.enforce_lag:
             return self._pending.pop(by_arrival[0])
         first = min(by_arrival, key=lambda i: self._pending[i].version)
         others = sorted([b.version for i, b in enumerate(self._pending) if i != first]
