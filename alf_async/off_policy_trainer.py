@@ -28,53 +28,26 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import shutil
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
-import psutil
 import torch
 
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.metrics import IterationRecord, MetricsRecorder, log_env_failures
+from alf_async.resources import check_replay_memory
 from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory
-from alf_async.runtime.replay_buffer import ReplayBuffer, replay_nbytes
+from alf_async.runtime.replay_buffer import ReplayBuffer
 from alf_async.runtime.step_ratio import StepRatio
 from alf_async.settings import ReplaySettings, TrainerSettings
 from alf_async.signals import GracefulStop
 from alf_async.trainer import Trainer
 from alf_async.utils.seeding import derive_seed
-from alf_async.utils.shared_memory import shm_directory
-from alf_async.utils.validation import ConfigError
 
 logger = logging.getLogger("alf_async")
-GIB = 2 ** 30
-
-
-def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim: int) -> int:
-    """Bytes of the replay buffer; ``ConfigError`` if it cannot be allocated."""
-    need = replay_nbytes(replay.capacity, observation_dim, action_dim)
-    if need > replay.max_replay_memory_gb * GIB:
-        raise ConfigError(
-            f"The replay buffer would need {need / GIB:.2f} GiB (Replay.capacity="
-            f"{replay.capacity} transitions of observation {observation_dim} and action "
-            f"{action_dim}), over Replay.max_replay_memory_gb={replay.max_replay_memory_gb}; "
-            "lower Replay.capacity or raise the limit")
-    free = shutil.disk_usage(shm_directory()).free
-    if need * 1.05 > free:
-        raise ConfigError(
-            f"The replay buffer would need {need / GIB:.2f} GiB of shared memory but "
-            f"{shm_directory()} has {free / GIB:.2f} GiB free; lower Replay.capacity or "
-            "enlarge /dev/shm")
-    available = psutil.virtual_memory().available
-    if need > available:
-        raise ConfigError(
-            f"The replay buffer would need {need / GIB:.2f} GiB of memory but "
-            f"{available / GIB:.2f} GiB is available; lower Replay.capacity")
-    return need
 
 
 class OffPolicyTrainer(Trainer):
