@@ -125,7 +125,9 @@ class SACLearner:
                                  [1.0 if self.gradient_steps == 0 else 0.0], np.float32)}})
 
     def _tensors(self, batch: Mapping[str, np.ndarray]) -> Dict[str, torch.Tensor]:
-        return {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in batch.items()}
+        """The fields a gradient step reads (not, e.g., the buffer's inserted_at)."""
+        return {k: torch.as_tensor(np.asarray(batch[k]), device=self.device)
+                for k in ("observation", "action", "reward", "next_observation", "terminated")}
 
     def train_step(self, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:
         """One gradient step on transitions ([B, ...] arrays of the replay fields).

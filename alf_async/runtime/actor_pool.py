@@ -25,7 +25,8 @@ shared-memory block released by ``close()`` on every path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Protocol, Tuple
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Protocol, Tuple, TypeVar
 
 import numpy as np
 
@@ -60,6 +61,26 @@ def check_restart_allowed(failure: str, fatal: bool, restarts: int,
     if restarts >= max_restarts:
         raise ActorPoolError(f"{failure}\nno restart left (max_actor_restarts="
                              f"{max_restarts}); stopping the run")
+
+
+T = TypeVar("T")
+
+
+def wait_for_batch(take: Callable[[], Optional[T]], poll: Callable[[float], None],
+                   timeout: Optional[float]) -> Optional[T]:
+    """The waiting loop of a pool's ``next_batch``: ``take()`` the batch the
+    scheduler picks, else ``poll(seconds)`` the actors for news (at least once,
+    so that messages already waiting are read even with ``timeout`` 0) until
+    ``timeout`` seconds have passed (None: until a batch comes)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        batch = take()
+        if batch is not None:
+            return batch
+        left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        poll(min(1.0, left))
+        if deadline is not None and time.monotonic() >= deadline:
+            return take()
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 from alf_async.runtime import messages
 from alf_async.runtime.actor import ActorLaunch, actor_process_main
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
-                                         check_restart_allowed, last_line)
+                                         check_restart_allowed, last_line, wait_for_batch)
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import TrajectorySlots
@@ -228,16 +228,11 @@ class ProcessActorPool:
                    ) -> Optional[Tuple[messages.BatchReady, Dict[str, np.ndarray]]]:
         """Wait until the scheduler picks a batch; returns its message and slot
         views, or None if none is ready within ``timeout`` seconds (None: wait)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        def take():
             message = self._scheduler.next(self.store.version)
-            if message is not None:
-                return message, self.slots.slot(message.slot)
-            left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            self._poll(min(1.0, left))  # at least once: messages waiting are read
-            if deadline is not None and time.monotonic() >= deadline:
-                message = self._scheduler.next(self.store.version)
-                return None if message is None else (message, self.slots.slot(message.slot))
+            return None if message is None else (message, self.slots.slot(message.slot))
+
+        return wait_for_batch(take, self._poll, timeout)
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Give the slot of a trained batch back to its actor.

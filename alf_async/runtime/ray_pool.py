@@ -46,7 +46,7 @@ from alf_async.runtime import messages
 from alf_async.runtime.actor import (HEARTBEAT_INTERVAL_S, Actor, build_policy_factory,
                                     shorten_failures)
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
-                                         check_restart_allowed, last_line)
+                                         check_restart_allowed, last_line, wait_for_batch)
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import allocate_trajectory
@@ -567,16 +567,11 @@ class RayActorPool:
                    ) -> Optional[Tuple[messages.BatchReady, Dict[str, np.ndarray]]]:
         """Wait until the scheduler picks a batch; returns its message and
         arrays, or None if none is ready within ``timeout`` seconds (None: wait)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        def take():
             message = self._scheduler.next(self._weights[0])
-            if message is not None:
-                return message, self._arrived[message.slot]
-            left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            self._poll(min(1.0, left))  # at least once: finished calls are read
-            if deadline is not None and time.monotonic() >= deadline:
-                message = self._scheduler.next(self._weights[0])
-                return None if message is None else (message, self._arrived[message.slot])
+            return None if message is None else (message, self._arrived[message.slot])
+
+        return wait_for_batch(take, self._poll, timeout)
 
     def release(self, message: messages.BatchReady, reseed_epoch: Optional[int] = None) -> None:
         """Hand the slot back: the actor's next unroll call starts with the newest weights."""
