@@ -181,6 +181,8 @@ TENSORBOARD_TAGS = {
     "learner_throttled_s": "replay/learner_throttled_s",
     "actors_throttled_s": "replay/actors_throttled_s",
     "data_age": "replay/data_age",
+    "gradient_steps_per_s": "hogwild/gradient_steps_per_s",
+    "syncs": "hogwild/syncs",
 }
 
 
@@ -281,6 +283,17 @@ class MetricsRecorder:
                 if key in scalars:
                     self._writer.add_scalar(tag, scalars[key], int(record.env_steps))
         return record
+
+    def add_worker_scalars(self, worker_id: int, values: Mapping[str, float],
+                           env_steps: int) -> None:
+        """TensorBoard curves of one Hogwild worker: ``hogwild/worker_<id>/<name>``
+        (finite values only) at ``env_steps`` (the run's total)."""
+        if self._writer is None:
+            return
+        for name, value in values.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._writer.add_scalar(f"hogwild/worker_{worker_id}/{name}", value,
+                                        int(env_steps))
 
     def console(self, record: IterationRecord, budget_env_steps: int,
                 budget_iterations: int, force: bool = False) -> Optional[str]:

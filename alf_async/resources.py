@@ -33,21 +33,25 @@ def check_shared_memory_free(need: int, what: str, advice: str) -> None:
             "/dev/shm")
 
 
-def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim: int) -> int:
-    """Bytes of an off-policy run's replay buffer; ``ConfigError`` if it exceeds
-    ``Replay.max_replay_memory_gb``, the free shared memory or the available memory."""
-    need = replay_nbytes(replay.capacity, observation_dim, action_dim)
+def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim: int,
+                        num_buffers: int = 1) -> int:
+    """Bytes of an off-policy run's replay buffers (one, or one per Hogwild
+    worker); ``ConfigError`` if they exceed ``Replay.max_replay_memory_gb``, the
+    free shared memory or the available memory."""
+    need = num_buffers * replay_nbytes(replay.capacity, observation_dim, action_dim)
+    what = ("The replay buffer" if num_buffers == 1 else
+            f"The {num_buffers} replay buffers (one per Hogwild worker)")
     if need > replay.max_replay_memory_gb * GIB:
         raise ConfigError(
-            f"The replay buffer would need {need / GIB:.2f} GiB (Replay.capacity="
+            f"{what} would need {need / GIB:.2f} GiB (Replay.capacity="
             f"{replay.capacity} transitions of observation {observation_dim} and action "
             f"{action_dim}), over Replay.max_replay_memory_gb={replay.max_replay_memory_gb}; "
             "lower Replay.capacity or raise the limit")
-    check_shared_memory_free(need, "The replay buffer", "lower Replay.capacity")
+    check_shared_memory_free(need, what, "lower Replay.capacity")
     available = psutil.virtual_memory().available
     if need > available:
         raise ConfigError(
-            f"The replay buffer would need {need / GIB:.2f} GiB of memory but "
+            f"{what} would need {need / GIB:.2f} GiB of memory but "
             f"{available / GIB:.2f} GiB is available; lower Replay.capacity")
     return need
 

@@ -9,7 +9,7 @@ raises ``ConfigError`` naming ``Trainer.<field>`` before anything is started.
 
 Groups (by concern):
 
-- what to train and for how long: algorithm, env_name, max_episode_steps, seed,
+- what to train and for how long: algorithm, runtime, env_name, max_episode_steps, seed,
   num_env_steps, num_iterations;
 - the actors: num_envs (K), num_env_workers (W), env_splits, num_actors (N), unroll_length,
   slots_per_actor, backend;
@@ -22,6 +22,8 @@ Groups (by concern):
 reads: where the cluster is, and what each Ray actor asks of it.
 ``ReplaySettings`` (gin ``Replay.*``) holds what only off-policy runs read: the
 replay buffer and the env-steps : gradient-steps ratio.
+``HogwildSettings`` (gin ``Hogwild.*``) holds what only Hogwild runs read: how
+the workers share the networks.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from alf_async.utils.validation import ConfigError, rule, validate_fields
 
 BACKENDS = ("process", "inprocess", "ray")
 ALGORITHMS = ("ppo", "sac")
+RUNTIMES = ("actor_learner", "hogwild")
+HOGWILD_MODES = ("shared", "synced")
+HOGWILD_GIN_NAME = "Hogwild"
 GIN_NAME = "Trainer"
 RAY_GIN_NAME = "RayBackend"
 REPLAY_GIN_NAME = "Replay"
@@ -64,6 +69,11 @@ class TrainerSettings:
             ``PPOLearner.*``) or "sac" (off-policy: actor batches go into a
             replay buffer the learner samples from, ``SACLearner.*`` and
             ``Replay.*``; an iteration is one actor batch received).
+        runtime: "actor_learner" (N actors feed one learner through the actor
+            pool) or "hogwild" (N worker processes each step their own K envs
+            and train the one set of networks they share, lock-free; see
+            ``Hogwild.*`` and docs/hogwild.md). Hogwild runs use the process
+            backend; N is ``num_actors``.
         env_name: gymnasium id, e.g. ``HumanoidBulletEnv-v0``.
         num_envs: K, envs per actor. EPS = K / T.
         num_env_workers: W, env-worker processes per actor (0: envs step inside
@@ -118,6 +128,7 @@ class TrainerSettings:
     gin_name: ClassVar[str] = GIN_NAME
 
     algorithm: str = field(default="ppo", metadata=rule("choice", choices=ALGORITHMS))
+    runtime: str = field(default="actor_learner", metadata=rule("choice", choices=RUNTIMES))
     env_name: str = field(default="InvertedPendulumBulletEnv-v0", metadata=rule("str"))
     num_envs: int = field(default=8, metadata=rule("int", low=1))
     num_env_workers: int = 0
@@ -162,6 +173,10 @@ class TrainerSettings:
                 "Trainer.backend='ray' needs Ray, which is not installed; install it with "
                 f"pip install -e \".[ray]\" (from the alf_async checkout) or "
                 f"pip install \"{RAY_REQUIREMENT}\"")
+        if self.runtime == "hogwild" and self.backend != "process":
+            raise ConfigError(f"Trainer.runtime='hogwild' runs its workers as processes of "
+                              f"this machine; set Trainer.backend='process' (got "
+                              f"{self.backend!r})")
         if self.backend == "inprocess" and self.num_actors != 1:
             raise ConfigError("Trainer.backend='inprocess' runs one actor; set "
                               f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")
@@ -332,3 +347,34 @@ class ReplaySettings:
         every slot's batch (strict), or one more batch per actor."""
         extra = 0 if self.strict else num_actors
         return (num_actors * slots_per_actor + extra) * steps_per_batch
+
+
+@gin.configurable(HOGWILD_GIN_NAME)
+@dataclass(frozen=True)
+class HogwildSettings:
+    """How the workers of a Hogwild run (``Trainer.runtime = "hogwild"``) share
+    the networks; bound in gin as ``Hogwild.<name>``.
+
+    Args:
+        mode: "shared" (the parameters live in shared memory; every worker's
+            optimizer steps them in place, without locks, and every worker
+            acts and trains with the newest values) or "synced" (each worker
+            trains a local copy; every ``sync_interval`` updates it adds its
+            change since the last sync to the global parameters and copies the
+            result back: A3C-style).
+        sync_interval: updates between two syncs in "synced" mode: SAC
+            gradient steps, or PPO training iterations (one batch's epochs).
+        sync_timeout_s: seconds the run waits for each worker's optimizer
+            state at a checkpoint before writing it with the worker's previous
+            one.
+    """
+
+    gin_name: ClassVar[str] = HOGWILD_GIN_NAME
+
+    mode: str = field(default="shared", metadata=rule("choice", choices=HOGWILD_MODES))
+    sync_interval: int = field(default=8, metadata=rule("int", low=1))
+    sync_timeout_s: float = field(default=60.0, metadata=rule("number", low=0,
+                                                                low_open=True))
+
+    def __post_init__(self) -> None:
+        validate_fields(self, HOGWILD_GIN_NAME)

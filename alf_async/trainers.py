@@ -2,13 +2,16 @@
 
 "ppo" -> ``trainer.Trainer`` (on-policy: one actor batch, one training
 iteration); "sac" -> ``off_policy_trainer.OffPolicyTrainer`` (a replay buffer
-between the actors and the learner).
+between the actors and the learner). ``Trainer.runtime = "hogwild"`` ->
+``hogwild.trainer.HogwildTrainer`` for either algorithm (N workers training
+shared networks).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from alf_async.hogwild.trainer import HogwildTrainer
 from alf_async.off_policy_trainer import OffPolicyTrainer
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import TrainerSettings
@@ -22,5 +25,7 @@ def make_trainer(root_dir: str, settings: Optional[TrainerSettings] = None,
         settings = TrainerSettings(**overrides)
     elif overrides:
         settings = settings.replace(**overrides)
+    if settings.runtime == "hogwild":
+        return HogwildTrainer(root_dir, settings, policy_factory)
     cls = OffPolicyTrainer if settings.off_policy else Trainer
     return cls(root_dir, settings, policy_factory)

@@ -13,6 +13,7 @@ import gin
 import pytest
 
 from alf_async.config import parse_config
+from alf_async.hogwild.trainer import HogwildTrainer
 from alf_async.off_policy_trainer import OffPolicyTrainer
 from alf_async.trainer import Trainer
 from alf_async.trainers import make_trainer
@@ -36,9 +37,13 @@ def test_config_builds_a_trainer(name, tmp_path):
         trainer = make_trainer(root_dir=str(tmp_path / "run"))
         s = trainer.settings
         assert s.num_env_steps > 0 or s.num_iterations > 0
+        assert isinstance(trainer, HogwildTrainer) == (s.runtime == "hogwild")
         if s.off_policy:
-            assert isinstance(trainer, OffPolicyTrainer)
-            assert trainer.learner.batch_size <= trainer.replay_settings.learning_starts
+            assert isinstance(trainer, (OffPolicyTrainer, HogwildTrainer))
+            # (Hogwild: each of the N workers collects its share first.)
+            share = trainer.replay_settings.learning_starts // (
+                s.num_actors if s.runtime == "hogwild" else 1)
+            assert trainer.learner.batch_size <= share
         else:
             assert trainer.learner.mini_batch_size <= s.unroll_length * s.num_envs
     finally:
@@ -79,6 +84,23 @@ def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
     sync, async_ = values[f"{stem}.gin"], values[f"async_{stem}.gin"]
     assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors"}
     assert (sync["num_actors"], async_["num_actors"]) == (1, 2)
+
+
+@pytest.mark.parametrize("base, hogwild", [
+    ("ppo_bullet_inverted_pendulum.gin", "hogwild_ppo_bullet_inverted_pendulum.gin"),
+    ("sac_bullet_half_cheetah.gin", "hogwild_sac_bullet_half_cheetah.gin")])
+def test_hogwild_file_differs_from_its_base_only_in_runtime_and_workers(base, hogwild,
+                                                                          tmp_path):
+    values = {}
+    for name in (base, hogwild):
+        parse_config([name])
+        try:
+            values[name] = make_trainer(root_dir=str(tmp_path / name)).settings.as_dict()
+        finally:
+            gin.clear_config()
+    differing = {k for k in values[base] if values[base][k] != values[hogwild][k]}
+    assert differing == {"runtime", "num_actors"}
+    assert values[hogwild]["runtime"] == "hogwild" and values[hogwild]["num_actors"] == 2
 
 
 def test_async_sac_differs_from_sync_only_in_the_async_bindings(tmp_path):

@@ -25,7 +25,7 @@ LAYERS = {
     "algorithms": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5,
     "trainer": 6,
-    "off_policy_trainer": 7,
+    "off_policy_trainer": 7, "hogwild": 7,
     "reporting": 7, "playback": 7, "examples": 7,
     "trainers": 8,
     "sweep": 8, "gin_reference": 8,

@@ -11,7 +11,7 @@ population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Mapping
 
 import gin
 import numpy as np
@@ -86,3 +86,38 @@ class RunningNormalizer:
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         self.load_state_arrays({k: v.numpy() for k, v in state.items()})
+
+
+def merge_statistics(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]
+                     ) -> Dict[str, np.ndarray]:
+    """The statistics (``state_arrays()`` form: count [1], mean [D], m2 [D]) of
+    the union of two disjoint data sets, from theirs."""
+    na, nb = float(np.asarray(a["count"]).reshape(-1)[0]), float(
+        np.asarray(b["count"]).reshape(-1)[0])
+    total = na + nb
+    if total <= 0:
+        return {k: np.array(v, np.float64, copy=True) for k, v in a.items()}
+    delta = np.asarray(b["mean"], np.float64) - np.asarray(a["mean"], np.float64)
+    return {"count": np.array([total]),
+            "mean": np.asarray(a["mean"], np.float64) + delta * (nb / total),
+            "m2": (np.asarray(a["m2"], np.float64) + np.asarray(b["m2"], np.float64)
+                   + delta ** 2 * (na * nb / total))}
+
+
+def subtract_statistics(whole: Mapping[str, np.ndarray], part: Mapping[str, np.ndarray]
+                        ) -> Dict[str, np.ndarray]:
+    """The statistics of ``whole`` minus a subset ``part`` of its data (the
+    inverse of ``merge_statistics``): what a Hogwild worker added to the
+    statistics it last pulled."""
+    n, na = float(np.asarray(whole["count"]).reshape(-1)[0]), float(
+        np.asarray(part["count"]).reshape(-1)[0])
+    nb = n - na
+    dim = np.asarray(whole["mean"]).shape
+    if nb <= 0:
+        return {"count": np.array([0.0]), "mean": np.zeros(dim), "m2": np.zeros(dim)}
+    mean_a, mean = np.asarray(part["mean"], np.float64), np.asarray(whole["mean"], np.float64)
+    mean_b = (n * mean - na * mean_a) / nb
+    delta = mean_b - mean_a
+    m2_b = (np.asarray(whole["m2"], np.float64) - np.asarray(part["m2"], np.float64)
+            - delta ** 2 * (na * nb / n))
+    return {"count": np.array([nb]), "mean": mean_b, "m2": np.maximum(m2_b, 0.0)}

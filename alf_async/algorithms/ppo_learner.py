@@ -171,6 +171,24 @@ class PPOLearner:
                 self._optimizer = torch.optim.Adam(self.model.parameters(), **self._adam_args)
             return self._optimizer
 
+    def hogwild_tensors(self) -> Dict[str, torch.Tensor]:
+        """The tensors Hogwild workers share (the model's parameters and
+        buffers, by name; the objects themselves, so that rebinding their
+        storage rebinds the model). The normalizer's statistics are numpy and
+        shared separately (``hogwild.shared_state``)."""
+        return {f"model.{k}": v for k, v in self.model.state_dict(keep_vars=True).items()}
+
+    def local_state(self) -> Dict[str, object]:
+        """What a Hogwild worker owns beside the shared networks: the optimizer
+        (its moments), the shuffling RNG and the iteration count."""
+        return {"optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "iteration": self.iteration}
+
+    def load_local_state(self, state: Mapping[str, object]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.iteration = int(state["iteration"])
+
     def check_batch_size(self, unroll_length: int, num_envs: int) -> None:
         """Raise ValueError if the minibatch cannot be drawn from T * K samples."""
         if self.mini_batch_size > unroll_length * num_envs:

@@ -117,6 +117,29 @@ class SACLearner:
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 
+    def hogwild_tensors(self) -> Dict[str, torch.Tensor]:
+        """The tensors Hogwild workers share, by name: the actor, the critics,
+        the target critics (the objects themselves, so that rebinding their
+        storage rebinds the networks) and log alpha."""
+        out: Dict[str, torch.Tensor] = {"log_alpha": self.log_alpha}
+        for name in ("actor", "critic", "critic_target"):
+            out.update({f"{name}.{k}": v for k, v in
+                        getattr(self, name).state_dict(keep_vars=True).items()})
+        return out
+
+    def local_state(self) -> Dict[str, object]:
+        """What a Hogwild worker owns beside the shared networks: its
+        optimizers, sampling RNG and gradient-step count."""
+        return copy.deepcopy({
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "generator": self.generator.get_state(), "gradient_steps": self.gradient_steps})
+
+    def load_local_state(self, state: Mapping[str, object]) -> None:
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.generator.set_state(state["generator"])
+        self.gradient_steps = int(state["gradient_steps"])
+
     def weight_arrays(self) -> Dict[str, np.ndarray]:
         """What actors need (``SACPolicy.load_weights``): the policy network and
         whether to act uniformly at random (before the first gradient step)."""
