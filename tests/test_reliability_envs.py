@@ -198,3 +198,27 @@ def test_nan_env_run_completes_and_logs_one_line_per_failure(tmp_path):
     logged = re.findall(r"its episode was dropped: NonFiniteEnvValue: env \d of "
                         rf"{NAN_ENV} returned a non-finite observation", out)
     assert len(logged) == rows[-1]["env_failures"], out[-3000:]
+
+
+def test_off_policy_trajectory_marks_the_steps_of_failed_envs():
+    """A failed env's step (reward 0, a truncation at the last good observation)
+    is marked ``env_failed`` in an off-policy trajectory, so that the replay
+    buffer leaves it out instead of storing a transition that never happened."""
+    import alf_async.envs.fault_injection  # noqa: F401  (registers FAULTY)
+    from alf_async.runtime.actor import Actor
+    from alf_async.runtime.trajectory import allocate_trajectory
+    from alf_async.settings import TrainerSettings
+    from scripted_policy import ScriptedPolicy
+
+    s = TrainerSettings(algorithm="sac", env_name=FAULTY, num_envs=3, unroll_length=40,
+                        num_env_steps=1)
+    actor = Actor(0, s, ScriptedPolicy)
+    try:
+        out = allocate_trajectory(40, 3, actor.env.observation_dim, actor.env.action_spec.dim,
+                                  next_observation=True)
+        record = actor.unroll(out)
+    finally:
+        actor.close()
+    failed = out["env_failed"]
+    assert failed.sum() == len(record.env_failures) > 0
+    assert (out["reward"][failed] == 0).all() and out["truncated"][failed].all()

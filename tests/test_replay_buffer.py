@@ -57,6 +57,23 @@ def test_a_trajectory_larger_than_the_buffer_keeps_its_newest_transitions(buffer
     np.testing.assert_array_equal(buffer.state_arrays()["reward"], [3, 4, 5, 6, 7])
 
 
+def test_steps_of_failed_envs_are_left_out(buffer):
+    t = trajectory(2, 2, 0)  # transitions 0, 1, 2, 3 (time-major)
+    t["env_failed"] = np.array([[False, True], [False, False]])  # transition 1
+    assert buffer.add_trajectory(t, gradient_step=3) == 3
+    np.testing.assert_array_equal(buffer.state_arrays()["reward"], [0, 2, 3])
+    np.testing.assert_array_equal(buffer.state_arrays()["observation"][:, 0], [0, 2, 3])
+    np.testing.assert_array_equal(buffer.state_arrays()["next_observation"][:, 0],
+                                  [0.5, 2.5, 3.5])
+    t = trajectory(1, 3, 10)
+    t["env_failed"] = np.ones((1, 3), bool)
+    assert buffer.add_trajectory(t) == 0 and buffer.size == 3
+    t = trajectory(2, 2, 20)  # 20..23; 21 failed: 20, 22, 23 wrap around
+    t["env_failed"] = np.array([[False, True], [False, False]])
+    buffer.add_trajectory(t)
+    np.testing.assert_array_equal(buffer.state_arrays()["reward"], [2, 3, 20, 22, 23])
+
+
 def test_samples_uniformly_from_the_valid_entries(buffer):
     buffer.add_trajectory(trajectory(1, 3, 10))
     rng = np.random.default_rng(0)

@@ -71,6 +71,9 @@ class StepResult:
     truncated: [K] bool, the episode was cut by a time limit (and not terminated).
     final_observation: [K, O] float32, the last observation of the finished
         episode where ``terminated | truncated``; unspecified elsewhere.
+    env_failed: [K] bool, the env failed in this step and was recreated: the
+        step is not a real transition (reward 0, truncated, final observation
+        the last good one).
     """
 
     observation: np.ndarray
@@ -78,6 +81,7 @@ class StepResult:
     terminated: np.ndarray
     truncated: np.ndarray
     final_observation: np.ndarray
+    env_failed: np.ndarray
 
 
 def batch_specs(num_envs: int, obs_dim: int, action_dim: int) -> Dict[str, ArraySpec]:
@@ -611,7 +615,7 @@ class BatchedEnv:
         self._note_failures(failures)
         self._last_observation[envs] = a["observation"][envs]
         return StepResult(self._last_observation[envs].copy(), reward, terminated, truncated,
-                          a["final_observation"][envs].copy())
+                          a["final_observation"][envs].copy(), failed)
 
     def pop_finished_episodes(self) -> List[Tuple[float, int]]:
         """(return, length) of the episodes finished since the last call."""

@@ -148,6 +148,7 @@ class Actor:
                     done = result.terminated | result.truncated
                     next_obs[t, envs] = np.where(done[:, None], result.final_observation,
                                                  result.observation)
+                    out["env_failed"][t, envs] = result.env_failed  # not a transition
                 obs[envs] = result.observation
                 timing["inference"] += time.perf_counter() - t1
                 if t < last:

@@ -101,21 +101,32 @@ class ReplayBuffer:
                        gradient_step: int = 0) -> int:
         """Append the T x K transitions of ``trajectory`` (arrays [T, K, ...] of
         ``TRANSITION_FIELDS``, and optionally ``inserted_at``), stamped with
-        ``gradient_step``; returns how many were added."""
+        ``gradient_step``; returns how many were added. Steps marked in an
+        ``env_failed`` [T, K] field (an env that failed and was recreated:
+        reward 0 and no real next state) are left out."""
         a = self.block.arrays
-        reward = trajectory["reward"]
-        count = int(reward.size)
+        count = int(trajectory["reward"].size)
+        keep = None
+        if "env_failed" in trajectory:
+            failed = np.asarray(trajectory["env_failed"]).reshape(count)
+            if failed.any():
+                keep = np.flatnonzero(~failed)
+                count = int(keep.size)
         if count == 0:
             return 0
+
+        def rows(key: str, tail: tuple) -> np.ndarray:
+            flat = np.asarray(trajectory[key]).reshape((-1,) + tail)
+            return flat if keep is None else flat[keep]
+
         position = self.position
         # Keep only the newest C transitions when one trajectory exceeds C.
         skip = max(0, count - self.capacity)
         index = (position + skip + np.arange(count - skip)) % self.capacity
         for key in TRANSITION_FIELDS:
-            rows = np.asarray(trajectory[key]).reshape((count,) + a[key].shape[1:])
-            a[key][index] = rows[skip:]
+            a[key][index] = rows(key, a[key].shape[1:])[skip:]
         if "inserted_at" in trajectory:
-            a["inserted_at"][index] = np.asarray(trajectory["inserted_at"]).reshape(count)[skip:]
+            a["inserted_at"][index] = rows("inserted_at", ())[skip:]
         else:
             a["inserted_at"][index] = gradient_step
         a["cursor"][0] = (position + count) % self.capacity

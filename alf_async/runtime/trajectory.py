@@ -57,6 +57,7 @@ def trajectory_specs(unroll_length: int, num_envs: int, observation_dim: int,
     if next_observation:
         specs["next_observation"] = ArraySpec(
             lead + (unroll_length, num_envs, observation_dim), "float32")
+        specs["env_failed"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
     return specs
 
 
