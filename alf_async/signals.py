@@ -72,7 +72,8 @@ class GracefulStop:
         finally:
             self._in_iteration = False
         if self._deferred is not None:
-            raise self._deferred
+            stop, self._deferred = self._deferred, None  # raised once
+            raise stop
 
 
 def kill_children_now() -> None:

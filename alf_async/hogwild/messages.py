@@ -3,7 +3,8 @@
 Worker -> trainer: ``WorkerReady`` once its envs and learner are built,
 ``WorkerProgress`` after every iteration (one unroll of [T, K] and the updates
 it paid for), ``WorkerState`` when asked (and with ``final=True`` when told to
-stop), ``WorkerFailed`` with the traceback of an error.
+stop), ``WorkerHeartbeat`` every few seconds during a long iteration,
+``WorkerFailed`` with the traceback of an error.
 Trainer -> worker: ``RunIteration`` (a grant: the budget needs one more
 batch), ``SendState`` (at checkpoints), ``StopWorker``.
 """
@@ -67,11 +68,23 @@ class WorkerState:
 
 
 @dataclass
+class WorkerHeartbeat:
+    """The worker is busy and alive (sent during unrolls and training)."""
+
+    worker_id: int
+    generation: int
+
+
+@dataclass
 class WorkerFailed:
+    """The worker died of an exception. ``env_error``: an env failed and
+    ``Trainer.fatal_env_errors`` made it fatal (no restart)."""
+
     worker_id: int
     generation: int
     traceback: str
     ready: bool
+    env_error: bool = False
 
 
 @dataclass

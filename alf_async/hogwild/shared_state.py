@@ -25,14 +25,15 @@ at syncs in "synced" mode): the worker adds what its batches added since its
 last pull (``subtract_statistics``) to the global statistics
 (``merge_statistics``) and pulls the merged ones.
 
-The lock only serializes syncs (never gradient steps). A worker killed while
-holding it would leave it taken, so every acquisition has a timeout after which
-the sync goes ahead unlocked (a race Hogwild tolerates anyway).
+The lock only serializes syncs and checkpoints (never gradient steps). Its
+holder's pid is kept beside it: a process that waits more than LOCK_TIMEOUT_S
+for a lock whose holder is dead (killed while syncing) releases it and takes it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -58,14 +59,17 @@ class GlobalState:
     Attributes:
         tensors: name -> shared tensor (detached views of the trainer's learner).
         normalizer: shared float64 [1 + 2 O] (count, mean, m2), or None.
-        lock: serializes syncs ("synced" pushes, normalizer merges).
+        lock: serializes syncs ("synced" pushes, normalizer merges) and
+            checkpoints.
+        lock_holder: shared int, the pid holding ``lock`` (0: free).
     """
 
     def __init__(self, tensors: Dict[str, torch.Tensor], normalizer: Optional[torch.Tensor],
-                 lock: Any):
+                 lock: Any, lock_holder: Any):
         self.tensors = tensors
         self.normalizer = normalizer
         self.lock = lock
+        self.lock_holder = lock_holder
 
     @classmethod
     def share(cls, learner: Any, mp_context: Any) -> "GlobalState":
@@ -79,10 +83,11 @@ class GlobalState:
         norm = _normalizer_of(learner)
         if norm is not None:
             normalizer = torch.zeros(1 + 2 * norm.dim, dtype=torch.float64).share_memory_()
-            state = cls(tensors, normalizer, mp_context.Lock())
+        state = cls(tensors, normalizer, mp_context.Lock(),
+                    mp_context.Value("q", 0, lock=False))
+        if norm is not None:
             state.write_normalizer(norm.state_arrays())
-            return state
-        return cls(tensors, None, mp_context.Lock())
+        return state
 
     # -- the normalizer's statistics -------------------------------------------
     def read_normalizer(self) -> Dict[str, np.ndarray]:
@@ -98,33 +103,59 @@ class GlobalState:
         self.normalizer.copy_(torch.from_numpy(flat))
 
     def load_normalizer_into(self, learner: Any) -> None:
-        """Give the trainer's learner the global statistics (before a checkpoint)."""
+        """Give the trainer's learner the global statistics (before a
+        checkpoint; the caller holds the lock)."""
         norm = _normalizer_of(learner)
         if norm is not None and self.normalizer is not None:
-            with self.locked():
-                norm.load_state_arrays(self.read_normalizer())
+            norm.load_state_arrays(self.read_normalizer())
 
-    def locked(self) -> "_TimedLock":
-        return _TimedLock(self.lock)
+    def locked(self) -> "_SyncLock":
+        return _SyncLock(self)
 
 
-class _TimedLock:
-    """``with state.locked():`` takes the lock for at most LOCK_TIMEOUT_S."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    def __init__(self, lock: Any):
-        self.lock = lock
+
+class _SyncLock:
+    """``with state.locked():`` takes the sync lock, taking it over from a dead
+    holder; after LOCK_TIMEOUT_S with a live holder it goes ahead unlocked
+    (logged: a race Hogwild tolerates)."""
+
+    def __init__(self, state: GlobalState):
+        self.state = state
         self.held = False
 
-    def __enter__(self) -> "_TimedLock":
-        self.held = bool(self.lock.acquire(timeout=LOCK_TIMEOUT_S))
+    def __enter__(self) -> "_SyncLock":
+        lock, holder = self.state.lock, self.state.lock_holder
+        self.held = bool(lock.acquire(timeout=LOCK_TIMEOUT_S))
         if not self.held:
-            logger.warning("the Hogwild sync lock was not free for %.0f s (a worker died "
-                           "holding it?); syncing without it", LOCK_TIMEOUT_S)
+            pid = int(holder.value)
+            if pid and not _alive(pid):
+                logger.warning("the Hogwild sync lock was held by process %d, which is gone; "
+                               "taking it over", pid)
+                try:
+                    lock.release()
+                except ValueError:
+                    pass
+                self.held = bool(lock.acquire(timeout=LOCK_TIMEOUT_S))
+        if self.held:
+            holder.value = os.getpid()
+        else:
+            logger.warning("the Hogwild sync lock was not free for %.0f s; syncing "
+                           "without it", LOCK_TIMEOUT_S)
         return self
 
     def __exit__(self, *exc) -> None:
         if self.held:
-            self.lock.release()
+            self.state.lock_holder.value = 0
+            self.state.lock.release()
             self.held = False
 
 

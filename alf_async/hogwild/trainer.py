@@ -104,6 +104,7 @@ class HogwildTrainer(Trainer):
         self._states_asked_at = 0.0
         self._busy: set = set()  # workers running a granted iteration
         self._granting = False
+        self._checkpoint_postponed = False
 
     # -- what differs from the actor/learner Trainer ----------------------------
     def _make_learner(self) -> Any:
@@ -121,9 +122,24 @@ class HogwildTrainer(Trainer):
         pass
 
     def save_checkpoint(self, metrics: MetricsRecorder) -> str:
-        if self.global_state is not None:
-            self.global_state.load_normalizer_into(self.learner)
-        return super().save_checkpoint(metrics)
+        """The global networks (read under the sync lock, so a "synced" push is
+        never half in; "shared" workers may still be stepping them) with the
+        global normalizer statistics, as the ``learner`` block of a complete
+        learner: worker 0's optimizer and the run's update counts (so that
+        ``play`` and anything reading the block sees a trained learner), plus
+        every worker's own state under ``hogwild``."""
+        learner = self.learner
+        if 0 in self.worker_states:
+            learner.load_local_state(self.worker_states[0])
+        if self.settings.off_policy:
+            learner.gradient_steps = self.gradient_steps_total
+        else:
+            learner.iteration = int(self.counters["iteration"])
+        if self.global_state is None:
+            return super().save_checkpoint(metrics)
+        with self.global_state.locked():
+            self.global_state.load_normalizer_into(learner)
+            return super().save_checkpoint(metrics)
 
     def _extra_checkpoint_state(self) -> Dict[str, Any]:
         return {"hogwild": {
@@ -223,7 +239,10 @@ class HogwildTrainer(Trainer):
                     try:
                         message = h.conn.recv()
                     except (EOFError, OSError):
-                        message = None
+                        h.process.join(2.0)
+                        raise ActorStartupError(
+                            f"Hogwild worker {w} died during start-up "
+                            f"({describe_exit(h.process.exitcode)})") from None
                     if isinstance(message, messages.WorkerReady):
                         h.ready, h.pid = True, message.pid
                         h.env_worker_pids = list(message.env_worker_pids)
@@ -252,7 +271,7 @@ class HogwildTrainer(Trainer):
         try:
             while not self._budget_reached():
                 self._poll(metrics, stop, timeout=1.0)
-                self._check_workers(metrics)
+                self._check_workers(metrics, stop)
             completed = True
         finally:
             self._stop_workers(metrics, stop)
@@ -266,17 +285,24 @@ class HogwildTrainer(Trainer):
         by_conn = {h.conn: w for w, h in self.workers.items() if h.ready}
         for conn in wait(list(by_conn), timeout=timeout):
             w = by_conn[conn]
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):  # the process is gone
+            with stop.iteration():  # a signal never cuts a message (or a checkpoint) in two
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if message is not None:
+                    self.workers[w].last_message = time.monotonic()
+                    if not isinstance(message, messages.WorkerFailed):
+                        self._handle(w, message, metrics)
+            if isinstance(message, messages.WorkerFailed):  # restarting may take a while:
+                self._restart(  # signals are not held back meanwhile
+                    w, f"Hogwild worker {w} failed:\n{message.traceback}",
+                    fatal=message.env_error and self.settings.fatal_env_errors)
+            elif message is None:  # the process is gone
                 process = self.workers[w].process
                 process.join(2.0)
                 self._restart(w, f"Hogwild worker {w} (pid {process.pid}) died "
                                  f"({describe_exit(process.exitcode)})")
-                continue
-            self.workers[w].last_message = time.monotonic()
-            with stop.iteration():
-                self._handle(w, message, metrics)
 
     def _handle(self, w: int, message: Any, metrics: MetricsRecorder) -> None:
         if isinstance(message, messages.WorkerProgress):
@@ -288,8 +314,6 @@ class HogwildTrainer(Trainer):
             if self._awaiting_states is not None:
                 self._awaiting_states.discard(w)
                 self._maybe_checkpoint(metrics)
-        elif isinstance(message, messages.WorkerFailed):
-            self._restart(w, f"Hogwild worker {w} failed:\n{message.traceback}")
 
     def _grant(self, w: int) -> None:
         """Let worker ``w`` run one more iteration if the budget needs it (the
@@ -364,7 +388,8 @@ class HogwildTrainer(Trainer):
         """Ask every ready worker for its optimizer state; the checkpoint is
         written when all have answered (or after ``Hogwild.sync_timeout_s``)."""
         if self._awaiting_states is not None:
-            return  # the previous checkpoint is still being gathered
+            self._checkpoint_postponed = True  # asked again when the pending one is written
+            return
         self._awaiting_states = set()
         for w, h in self.workers.items():
             if h.ready:
@@ -388,15 +413,18 @@ class HogwildTrainer(Trainer):
                            sorted(self._awaiting_states), self.hogwild.sync_timeout_s)
         self._awaiting_states = None
         self.save_checkpoint(metrics)
+        if self._checkpoint_postponed:
+            self._checkpoint_postponed = False
+            self._ask_for_states(metrics)
 
     # -- faults ---------------------------------------------------------------
-    def _check_workers(self, metrics: MetricsRecorder) -> None:
+    def _check_workers(self, metrics: MetricsRecorder, stop: GracefulStop) -> None:
         timeout = self.settings.actor_timeout_s
         now = time.monotonic()
         for w, h in list(self.workers.items()):
+            if h.conn.poll():
+                continue  # _poll reads what it said first (or its end)
             if not h.process.is_alive():
-                if h.conn.poll():
-                    continue  # _poll reads what it said first (or its end)
                 self._restart(w, f"Hogwild worker {w} (pid {h.process.pid}) died "
                                  f"({describe_exit(h.process.exitcode)})")
             elif w in self._busy and timeout and now - h.last_message > timeout:
@@ -404,20 +432,22 @@ class HogwildTrainer(Trainer):
                                  f"{now - h.last_message:.0f} s (Trainer.actor_timeout_s="
                                  f"{timeout:g}): taken as hung")
         if self._awaiting_states is not None:
-            self._maybe_checkpoint(metrics)
+            with stop.iteration():
+                self._maybe_checkpoint(metrics)
         for w in list(self.workers):
             self._grant(w)
 
-    def _restart(self, w: int, failure: str) -> None:
-        check_restart_allowed(failure, False, self.restarts,
+    def _restart(self, w: int, failure: str, fatal: bool = False) -> None:
+        check_restart_allowed(failure, fatal, self.restarts,
                               self.settings.max_actor_restarts)
         logger.warning("%s\nrestarting it from the global networks (restart %d of %d)",
                        last_line(failure) if "Traceback" in failure else failure,
                        self.restarts + 1, self.settings.max_actor_restarts)
         logger.debug("%s", failure)
-        old = self.workers.pop(w)
+        old = self.workers[w]  # tracked until stopped: _close_workers sees it if interrupted
         stop_processes([old.process], grace_s=2.0)
         old.conn.close()
+        del self.workers[w]
         sweep_stale_blocks()  # the dead worker's replay buffer
         if self._awaiting_states is not None:
             self._awaiting_states.discard(w)
@@ -428,7 +458,12 @@ class HogwildTrainer(Trainer):
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not handle.ready:
             if handle.conn.poll(0.1):
-                message = handle.conn.recv()
+                try:
+                    message = handle.conn.recv()
+                except (EOFError, OSError):
+                    handle.process.join(2.0)
+                    raise ActorPoolError(f"Hogwild worker {w} died while restarting "
+                                         f"({describe_exit(handle.process.exitcode)})") from None
                 if isinstance(message, messages.WorkerReady):
                     handle.ready, handle.pid = True, message.pid
                     handle.env_worker_pids = list(message.env_worker_pids)
@@ -447,6 +482,7 @@ class HogwildTrainer(Trainer):
         (for up to ``Hogwild.sync_timeout_s``)."""
         self._awaiting_states = None
         self._granting = False
+        stop.stopping = True  # a signal now kills everything at once
         pending = set()
         for w, h in self.workers.items():
             if h.ready and h.process.is_alive():

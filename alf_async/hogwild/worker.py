@@ -13,7 +13,9 @@ then train:
 
 then report a ``WorkerProgress``. The worker runs an iteration when the
 trainer grants one (``RunIteration``: the trainer hands out only the batches
-the budget needs) and answers ``SendState`` / ``StopWorker`` between them. It stops when told to or when its
+the budget needs), sends a ``WorkerHeartbeat`` every 2 s while it runs one,
+and answers ``SendState`` / ``StopWorker`` between them (a "synced" worker
+syncs before its final state, so no update is lost at the end). It stops when told to or when its
 trainer dies; on an error it reports ``WorkerFailed`` and exits with 1.
 """
 
@@ -26,7 +28,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -34,6 +36,8 @@ from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.utils.seeding import derive_seed
+
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -144,15 +148,16 @@ class _Worker:
         self.rng = np.random.default_rng(derive_seed(
             s.seed, self.launch.worker_id, self.launch.epoch, self.launch.generation, 3))
 
-    def iteration(self) -> messages.WorkerProgress:
-        """Unroll once and train on it."""
+    def iteration(self, heartbeat: Callable[[], None]) -> messages.WorkerProgress:
+        """Unroll once and train on it (``heartbeat`` is called during both)."""
         learner, actor = self.learner, self.actor
         actor.load_weights(self.binding.updates, learner.weight_arrays())
-        record = actor.unroll(self.trajectory)
+        record = actor.unroll(self.trajectory, on_step=heartbeat)
+        heartbeat()
         self.env_steps += record.env_steps
         train_start = time.perf_counter()
         if self.sac:
-            steps, stats = self._train_sac()
+            steps, stats = self._train_sac(heartbeat)
         else:
             stats = learner.train(self.trajectory)
             steps = int(stats.get("gradient_steps", 0))
@@ -165,7 +170,7 @@ class _Worker:
             record.env_s, train_s, self.binding.syncs, record.episodes,
             [(k, text[-4000:]) for k, text in record.env_failures], stats)
 
-    def _train_sac(self):
+    def _train_sac(self, heartbeat: Callable[[], None]):
         learner, buffer = self.learner, self.buffer
         buffer.add_trajectory(self.trajectory, gradient_step=learner.gradient_steps)
         due = self.ratio.gradient_steps_due(self.env_steps, learner.gradient_steps)
@@ -175,10 +180,13 @@ class _Worker:
             for k, v in out.items():
                 totals[k] = totals.get(k, 0.0) + v
             self.binding.after_update(1)
+            heartbeat()
         self.gradient_steps = learner.gradient_steps
         return due, {k: v / due for k, v in totals.items()} if due else {}
 
     def local_state(self, final: bool = False) -> messages.WorkerState:
+        if final and self.binding.mode == "synced":
+            self.binding.sync()  # push the updates since the last sync
         return messages.WorkerState(self.launch.worker_id, self.launch.generation,
                                     to_bytes(self.learner.local_state()), final)
 
@@ -194,6 +202,15 @@ class _Worker:
 
 def _serve(conn, worker: _Worker, parent_pid: int) -> None:
     """Answer the trainer's commands until told to stop (or the trainer is gone)."""
+    w, gen = worker.launch.worker_id, worker.launch.generation
+    last = [time.monotonic()]
+
+    def heartbeat() -> None:
+        now = time.monotonic()
+        if now - last[0] >= HEARTBEAT_INTERVAL_S:
+            last[0] = now
+            conn.send(messages.WorkerHeartbeat(w, gen))
+
     while True:
         if not conn.poll(1.0):
             if os.getppid() != parent_pid:
@@ -206,7 +223,8 @@ def _serve(conn, worker: _Worker, parent_pid: int) -> None:
         if isinstance(command, messages.SendState):
             conn.send(worker.local_state())
         elif isinstance(command, messages.RunIteration):
-            conn.send(worker.iteration())
+            last[0] = time.monotonic()
+            conn.send(worker.iteration(heartbeat))
 
 
 def worker_process_main(launch: WorkerLaunch, conn) -> None:
@@ -223,9 +241,12 @@ def worker_process_main(launch: WorkerLaunch, conn) -> None:
         _serve(conn, worker, launch.parent_pid)
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):
         pass
-    except BaseException:  # report every failure with its traceback
+    except BaseException as e:  # report every failure with its traceback
+        from alf_async.envs.batched_env import EnvError
+
         try:
-            conn.send(messages.WorkerFailed(w, gen, traceback.format_exc(), worker is not None))
+            conn.send(messages.WorkerFailed(w, gen, traceback.format_exc(), worker is not None,
+                                            isinstance(e, EnvError)))
         except (OSError, ValueError):
             print(traceback.format_exc(), file=sys.stderr)
         sys.exit(1)
