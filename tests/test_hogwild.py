@@ -255,16 +255,19 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_ctrl_c_writes_final_checkpoint_and_ends_workers(tmp_path):
+@pytest.mark.parametrize("sig, to_group, status", [(signal.SIGINT, True, 130),
+                                                   (signal.SIGTERM, False, 143)],
+                         ids=["ctrl-c-group", "sigterm-trainer"])
+def test_signal_writes_final_checkpoint_and_ends_workers(tmp_path, sig, to_group, status):
     root = str(tmp_path / "run")
     params = small_params("Trainer.checkpoint_interval=1000", iterations=100000)
     with TrainRun(root, params, gin_file=HOGWILD_PPO_GIN) as run:
         run.wait_for_iteration(2)
-        run.signal_group(signal.SIGINT)
+        (run.signal_group if to_group else run.signal)(sig)
         rc = run.wait(60)
         run.assert_clean(timeout=5)
         out = run.output()
-    assert rc == 130, out[-3000:]
+    assert rc == status, out[-3000:]
     last = run.metrics()[-1]["iteration"]
     files = checkpoint_files(root)
     assert files and checkpoint_iteration(files[-1]) == last
