@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import gin
 import torch
@@ -177,24 +177,34 @@ class Trainer:
         self.pool.publish_weights(arrays, version)
         self.published_digests[version] = weights_digest(arrays)
 
+    def _begin_run(self) -> Optional[Tuple[MetricsRecorder, bool]]:
+        """Sweep stale shared memory and restore the newest checkpoint; None if
+        the budget is already reached, else (the run's metrics recorder,
+        whether it resumed)."""
+        sweep_stale_blocks()
+        resumed = self._restore()
+        if self._budget_reached():
+            logger.info("budget already reached (%d iterations, %d env steps)",
+                        self.counters["iteration"], self.counters["env_steps"])
+            return None
+        # Also without a checkpoint: rows of a killed run that never wrote one are
+        # dropped, so that counters in the metrics file never go backward.
+        metrics = MetricsRecorder(self.root_dir, resume_from=(
+            int(self.counters["iteration"]), int(self.counters["env_steps"])))
+        metrics.load_episode_window(self._episode_window)
+        return metrics, resumed
+
     def train(self) -> Dict[str, float]:
         """Run until the budget is reached; returns the final counters.
 
         Raises KeyboardInterrupt / TerminationRequested after a final checkpoint
         when interrupted; any other exception after stopping every child.
         """
-        sweep_stale_blocks()
-        resumed = self._restore()
-        if self._budget_reached():
-            logger.info("budget already reached (%d iterations, %d env steps)",
-                        self.counters["iteration"], self.counters["env_steps"])
+        begun = self._begin_run()
+        if begun is None:
             return dict(self.counters)
+        metrics, resumed = begun
         s = self.settings
-        # Also without a checkpoint: rows of a killed run that never wrote one are
-        # dropped, so that counters in the metrics file never go backward.
-        metrics = MetricsRecorder(self.root_dir, resume_from=(
-            int(self.counters["iteration"]), int(self.counters["env_steps"])))
-        metrics.load_episode_window(self._episode_window)
         try:
             with GracefulStop(kill_children_now) as stop:
                 try:

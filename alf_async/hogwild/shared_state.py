@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import merge_statistics, subtract_statistics
+from alf_async.utils.process import pid_alive
 from alf_async.utils.validation import ConfigError
 
 logger = logging.getLogger("alf_async")
@@ -113,16 +114,6 @@ class GlobalState:
         return _SyncLock(self)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _SyncLock:
     """``with state.locked():`` takes the sync lock, taking it over from a dead
     holder; after LOCK_TIMEOUT_S with a live holder it goes ahead unlocked
@@ -137,7 +128,7 @@ class _SyncLock:
         self.held = bool(lock.acquire(timeout=LOCK_TIMEOUT_S))
         if not self.held:
             pid = int(holder.value)
-            if pid and not _alive(pid):
+            if pid and not pid_alive(pid):
                 logger.warning("the Hogwild sync lock was held by process %d, which is gone; "
                                "taking it over", pid)
                 try:

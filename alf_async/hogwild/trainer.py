@@ -178,16 +178,11 @@ class HogwildTrainer(Trainer):
     def train(self) -> Dict[str, float]:
         """Run until the budget is reached; returns the final counters (see
         ``Trainer.train`` for what is raised when)."""
-        sweep_stale_blocks()
-        resumed = self._restore()
-        if self._budget_reached():
-            logger.info("budget already reached (%d iterations, %d env steps)",
-                        self.counters["iteration"], self.counters["env_steps"])
+        begun = self._begin_run()
+        if begun is None:
             return dict(self.counters)
+        metrics, resumed = begun
         s = self.settings
-        metrics = MetricsRecorder(self.root_dir, resume_from=(
-            int(self.counters["iteration"]), int(self.counters["env_steps"])))
-        metrics.load_episode_window(self._episode_window)
         self.global_state = GlobalState.share(self.learner, mp_context())
         try:
             with GracefulStop(kill_children_now) as stop:

@@ -68,6 +68,17 @@ def stop_processes(processes: Iterable[mp.process.BaseProcess],
             p.join(2.0)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (possibly another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def seconds_since_process_start() -> float:
     """Seconds since this process was started (its interpreter launched)."""
     import psutil

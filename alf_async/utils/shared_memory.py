@@ -25,6 +25,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from alf_async.utils.process import pid_alive
+
 BLOCK_PREFIX = "alfa_"
 _ALIGN = 64
 
@@ -151,16 +153,6 @@ def list_blocks(owner_pid: Optional[int] = None) -> List[str]:
         return []
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def block_owner_pid(name: str) -> Optional[int]:
     """The pid of the process that created block ``name`` (None if not ours)."""
     try:
@@ -178,7 +170,7 @@ def sweep_stale_blocks(include_own: bool = False) -> List[str]:
     removed = []
     for name in list_blocks():
         pid = block_owner_pid(name)
-        if pid is not None and (not _pid_alive(pid) or (include_own and pid == os.getpid())):
+        if pid is not None and (not pid_alive(pid) or (include_own and pid == os.getpid())):
             _unlink_quietly(os.path.join(shm_directory(), name))
             removed.append(name)
     return removed
