@@ -30,8 +30,9 @@ class WorkerProgress:
     Attributes:
         env_steps: T * K stepped in this iteration.
         gradient_steps: gradient steps taken in it (PPO: epochs x minibatches).
-        worker_env_steps, worker_gradient_steps: the worker's totals since its
-            (re)start, plus what its restored local state counted.
+        worker_env_steps, worker_gradient_steps: this process's totals since it
+            started (SAC gradient steps: plus those of its restored local
+            state); the trainer keeps the run's per-worker totals.
         unroll_s, inference_s, env_s: the unroll's time split (seconds).
         train_s: seconds of the updates.
         syncs: syncs with the global networks so far.
