@@ -52,10 +52,10 @@ def test_merge_and_subtract_statistics_against_numpy():
 
 
 # -- shared mode ------------------------------------------------------------------
-def test_shared_mode_update_in_another_process_is_visible_without_copy():
+def test_shared_mode_update_in_another_process_is_visible_without_copy(tmp_path):
     ctx = mp_context()
     global_learner = make_sac_learner(seed=0)
-    state = GlobalState.share(global_learner, ctx)
+    state = GlobalState.share(global_learner, str(tmp_path / 'sync.lock'))
     worker = make_sac_learner(seed=5)  # another worker, in this process
     WorkerBinding(state, worker, "shared", sync_interval=1)
     before = values(worker)
@@ -73,8 +73,8 @@ def test_shared_mode_update_in_another_process_is_visible_without_copy():
     assert not changed(values(global_learner), after)
 
 
-def test_shared_mode_workers_step_the_same_storage():
-    state = GlobalState.share(make_sac_learner(seed=0), mp_context())
+def test_shared_mode_workers_step_the_same_storage(tmp_path):
+    state = GlobalState.share(make_sac_learner(seed=0), str(tmp_path / 'sync.lock'))
     a, b = make_sac_learner(seed=1), make_sac_learner(seed=2)
     WorkerBinding(state, a, "shared", 1)
     WorkerBinding(state, b, "shared", 1)
@@ -89,8 +89,8 @@ def test_shared_mode_workers_step_the_same_storage():
 
 
 # -- synced mode ------------------------------------------------------------------
-def test_synced_mode_sees_global_changes_only_at_sync_points():
-    state = GlobalState.share(make_sac_learner(seed=0), mp_context())
+def test_synced_mode_sees_global_changes_only_at_sync_points(tmp_path):
+    state = GlobalState.share(make_sac_learner(seed=0), str(tmp_path / 'sync.lock'))
     start = {k: v.clone() for k, v in state.tensors.items()}
     a, b = make_sac_learner(seed=1), make_sac_learner(seed=2)
     bind_a = WorkerBinding(state, a, "synced", sync_interval=2)
@@ -120,9 +120,9 @@ def test_synced_mode_sees_global_changes_only_at_sync_points():
         torch.testing.assert_close(values(b)[k], state.tensors[k])
 
 
-def test_normalizer_statistics_merge_across_workers():
+def test_normalizer_statistics_merge_across_workers(tmp_path):
     glob = PPOLearner(3, 1, normalize_observations=True)
-    state = GlobalState.share(glob, mp_context())
+    state = GlobalState.share(glob, str(tmp_path / 'sync.lock'))
     a, b = PPOLearner(3, 1), PPOLearner(3, 1)
     bind_a = WorkerBinding(state, a, "shared", 1)
     bind_b = WorkerBinding(state, b, "shared", 1)
@@ -153,10 +153,10 @@ def test_normalizer_statistics_merge_across_workers():
     np.testing.assert_allclose(glob.normalizer.mean, everything.mean(0))
 
 
-def test_binding_refuses_other_networks():
+def test_binding_refuses_other_networks(tmp_path):
     from alf_async.algorithms.sac_learner import SACLearner
 
-    state = GlobalState.share(make_sac_learner(seed=0), mp_context())
+    state = GlobalState.share(make_sac_learner(seed=0), str(tmp_path / 'sync.lock'))
     with pytest.raises(ConfigError, match="differ from the global ones"):
         WorkerBinding(state, SACLearner(4, 2), "shared", 1)
 

@@ -25,26 +25,26 @@ at syncs in "synced" mode): the worker adds what its batches added since its
 last pull (``subtract_statistics``) to the global statistics
 (``merge_statistics``) and pulls the merged ones.
 
-The lock only serializes syncs and checkpoints (never gradient steps). Its
-holder's pid is kept beside it: a process that waits more than LOCK_TIMEOUT_S
-for a lock whose holder is dead (killed while syncing) releases it and takes it.
+The lock only serializes syncs and checkpoints (never gradient steps). It is
+an ``flock`` on a file of the run directory: the kernel releases it when its
+holder dies, so a worker killed while syncing blocks nobody, and nothing is
+left in /dev/shm by a run killed outright (a multiprocessing lock would leave
+its named semaphore there).
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
+import fcntl
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import merge_statistics, subtract_statistics
-from alf_async.utils.process import pid_alive
 from alf_async.utils.validation import ConfigError
 
-logger = logging.getLogger("alf_async")
-LOCK_TIMEOUT_S = 5.0
 
 
 def _normalizer_of(learner: Any):
@@ -60,22 +60,25 @@ class GlobalState:
     Attributes:
         tensors: name -> shared tensor (detached views of the trainer's learner).
         normalizer: shared float64 [1 + 2 O] (count, mean, m2), or None.
-        lock: serializes syncs ("synced" pushes, normalizer merges) and
-            checkpoints.
-        lock_holder: shared int, the pid holding ``lock`` (0: free).
+        lock_path: the file whose ``flock`` serializes syncs ("synced" pushes,
+            normalizer merges) and checkpoints.
     """
 
     def __init__(self, tensors: Dict[str, torch.Tensor], normalizer: Optional[torch.Tensor],
-                 lock: Any, lock_holder: Any):
+                 lock_path: str):
         self.tensors = tensors
         self.normalizer = normalizer
-        self.lock = lock
-        self.lock_holder = lock_holder
+        self.lock_path = lock_path
+        self._lock_fd: Optional[int] = None  # this process's open file (not pickled)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_lock_fd": None}
 
     @classmethod
-    def share(cls, learner: Any, mp_context: Any) -> "GlobalState":
+    def share(cls, learner: Any, lock_path: str) -> "GlobalState":
         """Move ``learner``'s shared tensors into shared memory (in place) and
-        wrap them; the learner keeps training/serving the same values."""
+        wrap them; the learner keeps training/serving the same values.
+        ``lock_path``: the sync lock's file (created if missing)."""
         tensors = {}
         for name, tensor in learner.hogwild_tensors().items():
             tensor.share_memory_()
@@ -84,8 +87,7 @@ class GlobalState:
         norm = _normalizer_of(learner)
         if norm is not None:
             normalizer = torch.zeros(1 + 2 * norm.dim, dtype=torch.float64).share_memory_()
-        state = cls(tensors, normalizer, mp_context.Lock(),
-                    mp_context.Value("q", 0, lock=False))
+        state = cls(tensors, normalizer, lock_path)
         if norm is not None:
             state.write_normalizer(norm.state_arrays())
         return state
@@ -110,44 +112,22 @@ class GlobalState:
         if norm is not None and self.normalizer is not None:
             norm.load_state_arrays(self.read_normalizer())
 
-    def locked(self) -> "_SyncLock":
-        return _SyncLock(self)
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the sync lock (waits while another process holds it)."""
+        if self._lock_fd is None:
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-
-class _SyncLock:
-    """``with state.locked():`` takes the sync lock, taking it over from a dead
-    holder; after LOCK_TIMEOUT_S with a live holder it goes ahead unlocked
-    (logged: a race Hogwild tolerates)."""
-
-    def __init__(self, state: GlobalState):
-        self.state = state
-        self.held = False
-
-    def __enter__(self) -> "_SyncLock":
-        lock, holder = self.state.lock, self.state.lock_holder
-        self.held = bool(lock.acquire(timeout=LOCK_TIMEOUT_S))
-        if not self.held:
-            pid = int(holder.value)
-            if pid and not pid_alive(pid):
-                logger.warning("the Hogwild sync lock was held by process %d, which is gone; "
-                               "taking it over", pid)
-                try:
-                    lock.release()
-                except ValueError:
-                    pass
-                self.held = bool(lock.acquire(timeout=LOCK_TIMEOUT_S))
-        if self.held:
-            holder.value = os.getpid()
-        else:
-            logger.warning("the Hogwild sync lock was not free for %.0f s; syncing "
-                           "without it", LOCK_TIMEOUT_S)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.held:
-            self.state.lock_holder.value = 0
-            self.state.lock.release()
-            self.held = False
+    def close(self) -> None:
+        """Close this process's lock file (the trainer also removes it)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 class WorkerBinding:

@@ -25,6 +25,7 @@ final checkpoint. A resumed run starts SAC workers with empty replay buffers
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import time
@@ -34,7 +35,6 @@ from typing import Any, Deque, Dict, List, Optional
 
 import gin
 
-from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
@@ -54,6 +54,7 @@ from alf_async.utils.validation import ConfigError
 
 logger = logging.getLogger("alf_async")
 STARTUP_TIMEOUT_S = 300.0
+LOCK_FILE = "hogwild.lock"  # the sync lock's file in the run directory, during a run
 
 
 @dataclass
@@ -108,15 +109,9 @@ class HogwildTrainer(Trainer):
 
     # -- what differs from the actor/learner Trainer ----------------------------
     def _make_learner(self) -> Any:
-        s = self.settings
-        if s.off_policy:
-            return SACLearner(self.observation_dim, self.action_spec, seed=s.seed)
-        learner = PPOLearner(self.observation_dim, self.action_spec, seed=s.seed)
-        try:
-            learner.check_batch_size(s.unroll_length, s.num_envs)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        return learner
+        if self.settings.off_policy:
+            return SACLearner(self.observation_dim, self.action_spec, seed=self.settings.seed)
+        return super()._make_learner()  # PPO, its batch size checked
 
     def _build_optimizer(self) -> None:
         pass
@@ -183,7 +178,8 @@ class HogwildTrainer(Trainer):
             return dict(self.counters)
         metrics, resumed = begun
         s = self.settings
-        self.global_state = GlobalState.share(self.learner, mp_context())
+        lock_path = os.path.join(self.root_dir, LOCK_FILE)
+        self.global_state = GlobalState.share(self.learner, lock_path)
         try:
             with GracefulStop(kill_children_now) as stop:
                 try:
@@ -201,6 +197,9 @@ class HogwildTrainer(Trainer):
                 finally:
                     stop.stopping = True
                     self._close_workers()
+                    self.global_state.close()
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(lock_path)
                     sweep_stale_blocks()
         finally:
             metrics.close()
