@@ -24,12 +24,14 @@ proves that:
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import psutil
 import pytest
 
-from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.batched_env import (BatchedEnv, EnvCommand, EnvError, decode_reply,
+                                        decode_request, encode_reply, encode_request)
 from alf_async.envs.gym_env import make_env
 from alf_async.utils.shared_memory import list_blocks
 
@@ -220,3 +222,19 @@ def test_invalid_arguments():
         BatchedEnv(ENV, 0)
     with pytest.raises(ValueError):
         BatchedEnv(ENV, 2, num_workers=3)
+
+
+def test_pipe_wire_format_round_trips_and_steps_go_as_raw_bytes():
+    # A step is three bytes out and one back; everything else is a pickle.
+    assert encode_request(EnvCommand.STEP, ((1, 2),)) == b"s\x01\x02"
+    assert encode_request(EnvCommand.STEP) == b"s"
+    assert encode_reply([]) == b"k"
+    for command, args in ((EnvCommand.STEP, ()), (EnvCommand.STEP, ((0, 2),)),
+                          (EnvCommand.STEP, ((255, 300),)), (EnvCommand.RESET, ()),
+                          (EnvCommand.SET_SEED, (1234,)), (EnvCommand.CLOSE, ())):
+        assert decode_request(encode_request(command, args)) == (command, args)
+    assert decode_reply(encode_reply([])) == ("ok", [])
+    failures = [(3, "Traceback ... ValueError")]
+    assert decode_reply(encode_reply(failures)) == ("ok", failures)
+    status, error = decode_reply(pickle.dumps(("error", EnvError("E-v0", 2, "boom"))))
+    assert status == "error" and isinstance(error, EnvError) and "boom" in str(error)

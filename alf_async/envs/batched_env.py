@@ -4,7 +4,7 @@
 steps them in the calling process; with W >= 1 it splits them into W contiguous
 groups, each stepped by an env-worker process. Observations, actions, rewards and
 done flags are exchanged through one shared-memory block; the pipes to the workers
-carry only one-word commands and short replies. Both paths run the same
+carry only commands and short replies (a step is three bytes out and one back). Both paths run the same
 ``EnvGroup`` code, so they give identical results for the same seeds and actions.
 
 Auto-reset: when env k terminates or is truncated at a step, the step returns the
@@ -26,6 +26,7 @@ Shapes: K = num_envs, O = observation_dim, A = action_dim.
 from __future__ import annotations
 
 import enum
+import pickle
 import signal
 import sys
 import time
@@ -121,6 +122,48 @@ class EnvCommand(enum.Enum):
     RESET = "reset"  # reset every env with its seed
     SET_SEED = "set_seed"  # (seed,): new base seed, then reset
     CLOSE = "close"  # end the worker
+
+
+# The pipes' wire format. A step, the only per-step traffic, goes as raw bytes:
+# the request b"s" (every env) or b"s" + bytes([s, S]) (split s of S), and the
+# reply b"k" when no env failed; this spares each step two pickles and an enum
+# lookup. Every other message is a pickled (command, args) request or a pickled
+# ("ok", failures) / ("error", EnvError) reply (a pickle never starts with
+# these tags: it starts with its protocol byte, 0x80).
+_STEP_REQUEST = b"s"
+_OK_NO_FAILURES = b"k"
+
+
+def encode_request(command: EnvCommand, args: Tuple = ()) -> bytes:
+    """A worker request (command, args) as the bytes sent through its pipe."""
+    if command is EnvCommand.STEP:
+        if not args:
+            return _STEP_REQUEST
+        (split, num_splits), = args
+        if 0 <= split < num_splits < 256:
+            return _STEP_REQUEST + bytes((split, num_splits))
+    return pickle.dumps((command, args), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_request(data: bytes) -> Tuple[EnvCommand, Tuple]:
+    """The inverse of ``encode_request``."""
+    if data[:1] == _STEP_REQUEST:
+        return EnvCommand.STEP, (((data[1], data[2]),) if len(data) == 3 else ())
+    return pickle.loads(data)
+
+
+def encode_reply(failures: List[Tuple[int, str]]) -> bytes:
+    """A worker's answer to a request it carried out, with the env failures it met."""
+    if not failures:
+        return _OK_NO_FAILURES
+    return pickle.dumps(("ok", failures), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_reply(data: bytes) -> Tuple[str, object]:
+    """("ok", failures) or ("error", EnvError) from a reply's bytes."""
+    if data == _OK_NO_FAILURES:
+        return "ok", []
+    return pickle.loads(data)
 
 
 class EnvGroup:
@@ -265,7 +308,8 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
     """Entry point of an env-worker process: serve commands until ``CLOSE``.
 
     A request is (EnvCommand, args); the reply is ("ok", failures) or
-    ("error", EnvError).
+    ("error", EnvError), both in the wire format of ``encode_request`` /
+    ``encode_reply``.
     """
     init_child_process(signal.SIGKILL, expected_parent=parent_pid)
     block = SharedArrays.attach(block_name, specs)
@@ -278,19 +322,19 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
                 raise EnvError(env_name, None, traceback.format_exc()) from None
             group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
                              fatal_env_errors)
-            conn.send(("ok", []))
+            conn.send_bytes(encode_reply([]))
         except EnvError as e:
             conn.send(("error", e))
             return
         while True:
             try:
-                command, args = conn.recv()
+                command, args = decode_request(conn.recv_bytes())
             except EOFError:
                 return
             if command is EnvCommand.CLOSE:
                 return
             try:
-                conn.send(("ok", group.run(command, args)))
+                conn.send_bytes(encode_reply(group.run(command, args)))
             except EnvError as e:
                 conn.send(("error", e))
     finally:
@@ -445,7 +489,7 @@ class BatchedEnv:
                 raise _WorkerLost(self.env_name, None,
                                   f"{where} gave no answer in {self.worker_timeout_s:.0f} s")
         try:
-            status, payload = conn.recv()
+            status, payload = decode_reply(conn.recv_bytes())
         except (EOFError, ConnectionResetError, OSError):
             proc.join(1.0)
             raise _WorkerLost(self.env_name, None,
@@ -476,7 +520,7 @@ class BatchedEnv:
         worker = self._start_worker(old.indices, seed)
         self._workers[position] = worker
         self._receive(worker)
-        worker.conn.send((EnvCommand.RESET, ()))
+        worker.conn.send_bytes(encode_request(EnvCommand.RESET))
         self._receive(worker)
         worker.lost_splits = set(other_splits)
         if split is not None:
@@ -501,7 +545,7 @@ class BatchedEnv:
         self.wait_for_workers()
         for worker in self._workers:
             try:
-                worker.conn.send((command, args))
+                worker.conn.send_bytes(encode_request(command, args))
             except (BrokenPipeError, OSError):
                 pass  # _collect reports the dead worker
 
@@ -634,7 +678,7 @@ class BatchedEnv:
             self._group = None
         for worker in self._workers:
             try:
-                worker.conn.send((EnvCommand.CLOSE, ()))
+                worker.conn.send_bytes(encode_request(EnvCommand.CLOSE))
             except (BrokenPipeError, OSError):
                 pass
         if self._workers:
