@@ -107,3 +107,32 @@ def test_refuses_discrete_actions_and_bad_settings():
         SACLearner(O, A, tau=0.0)
     with pytest.raises(ConfigError, match="SACLearner.batch_size"):
         SACLearner(O, A, batch_size=0)
+
+
+def test_gsde_policy_holds_each_envs_draw_for_the_sample_interval():
+    gin.bind_parameter("SquashedGaussianActor.use_sde", True)
+    gin.bind_parameter("SquashedGaussianActor.initial_log_std", -1.0)
+    gin.bind_parameter("SquashedGaussianActor.sde_sample_interval", 3)
+    learner = SACLearner(O, A, seed=0)
+    learner.train_step(bandit_batch(np.random.default_rng(0), 256))
+    policy = SACPolicy(O, A, seed=1)
+    policy.load_weights(learner.weight_arrays())
+    assert not policy.uniform
+    obs = np.zeros((2, O), np.float32)   # the same state in both envs
+    actions = [policy.act(obs)[0] for _ in range(7)]
+    # Held for 3 steps: steps 0-2 equal, 3-5 equal and new, 6 new again.
+    for a, b in ((0, 1), (1, 2), (3, 4), (4, 5)):
+        np.testing.assert_array_equal(actions[a], actions[b])
+    for a, b in ((2, 3), (5, 6)):
+        assert not np.allclose(actions[a], actions[b])
+    # Each env has its own draw.
+    assert not np.allclose(actions[0][0], actions[0][1])
+    # Reseeding draws afresh from the new seed: the same actions again.
+    policy.reseed(1)
+    np.testing.assert_array_equal(policy.act(obs)[0], actions[0])
+    # Deterministic acting ignores the draws: tanh(mean).
+    player = SACPolicy(O, A, deterministic=True)
+    player.load_weights(learner.weight_arrays())
+    mean, _ = learner.actor.distribution(torch.from_numpy(obs))
+    np.testing.assert_allclose(player.act(obs)[0], torch.tanh(mean).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)

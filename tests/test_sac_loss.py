@@ -85,6 +85,57 @@ def test_squashed_gaussian_log_prob_is_the_change_of_variables():
     assert actor.mean.weight.grad is not None and actor.log_std.weight.grad is not None
 
 
+def test_gsde_std_noise_and_log_prob_against_hand_values():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, hidden_sizes=(8,), use_sde=True,
+                                  initial_log_std=-1.0, sde_clip_mean=0.5)
+    with torch.no_grad():
+        actor.mean.bias.fill_(3.0)   # drives every mean past the clip
+    obs = torch.randn(4, 3)
+    mean, std, h = actor.features(obs)
+    torch.testing.assert_close(mean, torch.full((4, 2), 0.5))
+    # std_j = sqrt(sum_i h_i^2 exp(-1)^2 + 1e-6), by a loop.
+    want = torch.empty(4, 2)
+    for b in range(4):
+        for j in range(2):
+            want[b, j] = math.sqrt(sum(float(h[b, i].detach()) ** 2 * math.exp(-2.0)
+                                       for i in range(8)) + 1e-6)
+    torch.testing.assert_close(std, want)
+    # A held exploration draw E: u = mean + h @ (sigma * E), log-prob under N(mean, std).
+    draw = torch.randn(4, 8, 2, generator=torch.Generator().manual_seed(3))
+    action, log_prob = actor.sample(obs, exploration=draw)
+    u = mean + torch.einsum("bi,bij->bj", h, math.exp(-1.0) * draw)
+    torch.testing.assert_close(action, torch.tanh(u))
+    expected = (torch.distributions.Normal(mean, std).log_prob(u).sum(-1)
+                - torch.log(1 - torch.tanh(u) ** 2).sum(-1))
+    torch.testing.assert_close(log_prob, expected, rtol=1e-4, atol=1e-4)
+    # The learner's reparameterized samples train sigma; h enters the std detached.
+    _, log_prob = actor.sample(obs, torch.Generator().manual_seed(1))
+    log_prob.sum().backward()
+    assert actor.sde_log_sigma.grad is not None and actor.sde_log_sigma.grad.abs().sum() > 0
+    assert not hasattr(actor, "log_std")
+    with pytest.raises(ValueError, match="sde_sample_interval"):
+        SquashedGaussianActor(3, 2, use_sde=True, sde_sample_interval=0)
+    with pytest.raises(ValueError, match="use_sde"):
+        SquashedGaussianActor(3, 2).sample(obs, exploration=draw)
+
+
+def test_gsde_matrix_noise_has_the_per_state_normal_the_learner_samples():
+    # Many held draws for one state: the noise h @ (sigma * E) is Normal(0, std^2)
+    # per action, the distribution the learner draws each sample from.
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, hidden_sizes=(8,), use_sde=True,
+                                  initial_log_std=-2.0, sde_clip_mean=100.0)
+    obs = torch.randn(1, 3).expand(20000, 3)
+    draw = torch.randn(20000, 8, 2, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        mean, std, h = actor.features(obs)
+        u = mean + torch.einsum("bi,bij->bj", h, actor.sde_sigma() * draw)
+    noise = u - mean
+    torch.testing.assert_close(noise.std(0), std[0], rtol=0.03, atol=1e-4)
+    assert noise.mean(0).abs().max() < 0.05 * std[0].max()
+
+
 def test_twin_q_networks_are_independent():
     torch.manual_seed(0)
     q = TwinQNetwork(3, 2, hidden_sizes=(8,))

@@ -6,11 +6,16 @@ gradient step (the published ``explore/uniform`` flag), it acts uniformly at
 random in [-1, 1]^A, as SB3's SAC does before ``learning_starts``. SAC keeps no
 state-value network: ``value`` is 0 (the trajectory's value fields are unused
 by an off-policy learner).
+
+With gSDE (``SquashedGaussianActor.use_sde``) the policy holds one standard-
+normal exploration draw [K, H, A] per env and draws a new one every
+``sde_sample_interval`` calls of ``act``, so an env's exploration noise is a
+smooth function of its state between draws.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Tuple, Union
+from typing import Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -38,6 +43,8 @@ class SACPolicy:
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic
         self.uniform = True
+        self._exploration: Optional[torch.Tensor] = None   # [K, H, A], gSDE
+        self._steps_since_draw = 0
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         groups = unpack_weights(arrays)
@@ -47,6 +54,7 @@ class SACPolicy:
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
+        self._exploration = None
 
     @torch.no_grad()
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,8 +65,22 @@ class SACPolicy:
             log_prob = torch.full((k,), -self.action_dim * float(np.log(2.0)))
         else:
             obs = torch.from_numpy(np.asarray(observation, np.float32))
-            action, log_prob = self.actor.sample(obs, self.generator, self.deterministic)
+            action, log_prob = self.actor.sample(obs, self.generator, self.deterministic,
+                                                 exploration=self._sde_exploration(k))
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
+
+    def _sde_exploration(self, k: int) -> Optional[torch.Tensor]:
+        """gSDE's held standard-normal draw [K, H, A] for this step (None without gSDE
+        or when acting deterministically)."""
+        if not self.actor.use_sde or self.deterministic:
+            return None
+        if (self._exploration is None or len(self._exploration) != k
+                or self._steps_since_draw >= self.actor.sde_sample_interval):
+            shape = (k, self.actor.feature_dim, self.action_dim)
+            self._exploration = torch.randn(shape, generator=self.generator)
+            self._steps_since_draw = 0
+        self._steps_since_draw += 1
+        return self._exploration
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         """SAC has no state-value network: 0 for each of the M observations."""

@@ -22,46 +22,108 @@ from alf_async.networks.actor_critic import mlp
 
 @gin.configurable
 class SquashedGaussianActor(nn.Module):
-    """pi(a | s) = tanh(u), u ~ Normal(mean(s), std(s)) (state-dependent std).
+    """pi(a | s) = tanh(u), u ~ Normal(mean(s), std(s)).
+
+    Two ways to make the std, chosen by ``use_sde``:
+
+    - plain SAC (default): a linear log-std head on the body's features h(s),
+      std = exp(W h + b);
+    - gSDE (generalized state-dependent exploration, Raffin et al. 2022, as
+      rl-baselines3-zoo runs SAC on PyBullet): a parameter log_sigma [H, A] and
+      the noise u - mean = h(s) @ E with E [H, A], E_ij ~ Normal(0, sigma_ij^2),
+      so std_j(s) = sqrt(sum_i h_i(s)^2 sigma_ij^2) (h detached, as SB3's
+      default). An actor holds one E per env for ``sde_sample_interval`` steps,
+      which gives smooth exploration (``SACPolicy``); the learner draws each
+      sample's noise independently from the same per-state Normal. The mean is
+      clipped to [-sde_clip_mean, sde_clip_mean] (SB3's hardtanh).
 
     Args:
         observation_dim: O.
         action_dim: A.
-        hidden_sizes: hidden layers of the shared body.
+        hidden_sizes: hidden layers of the shared body (H = the last one).
         activation: one of tanh, relu, elu, silu.
-        min_log_std, max_log_std: bounds of the log standard deviation of u.
-        initial_log_std: bias of the log-std head at start (SB3-zoo's PyBullet
-            SAC starts at -3 through gSDE; here a plain bias).
+        min_log_std, max_log_std: bounds of the log std of u (plain), or of
+            log_sigma (gSDE).
+        initial_log_std: the log-std head's bias at start (plain), or every
+            log_sigma_ij at start (gSDE; the zoo uses -3).
+        use_sde: explore with gSDE instead of the plain log-std head.
+        sde_sample_interval: gSDE: env steps an actor holds its exploration
+            matrix E before drawing a new one (the zoo's SAC draws one per
+            collection of train_freq = 8 steps).
+        sde_clip_mean: gSDE: bound of the pre-tanh mean.
     """
 
     def __init__(self, observation_dim: int, action_dim: int,
                  hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu",
                  min_log_std: float = -20.0, max_log_std: float = 2.0,
-                 initial_log_std: float = 0.0):
+                 initial_log_std: float = 0.0, use_sde: bool = False,
+                 sde_sample_interval: int = 8, sde_clip_mean: float = 2.0):
         super().__init__()
+        if sde_sample_interval < 1:
+            raise ValueError(f"SquashedGaussianActor.sde_sample_interval must be >= 1 "
+                             f"env step, got {sde_sample_interval}")
+        if sde_clip_mean <= 0:
+            raise ValueError(f"SquashedGaussianActor.sde_clip_mean must be > 0, "
+                             f"got {sde_clip_mean}")
         self.body, size = mlp(observation_dim, hidden_sizes, activation)
+        self.feature_dim = size
         self.mean = nn.Linear(size, action_dim)
-        self.log_std = nn.Linear(size, action_dim)
-        nn.init.constant_(self.log_std.bias, initial_log_std)
+        self.use_sde = use_sde
+        self.sde_sample_interval = sde_sample_interval
+        self.sde_clip_mean = sde_clip_mean
+        if use_sde:
+            self.sde_log_sigma = nn.Parameter(torch.full((size, action_dim),
+                                                         float(initial_log_std)))
+        else:
+            self.log_std = nn.Linear(size, action_dim)
+            nn.init.constant_(self.log_std.bias, initial_log_std)
         self.min_log_std, self.max_log_std = min_log_std, max_log_std
+
+    def sde_sigma(self) -> torch.Tensor:
+        """gSDE's sigma [H, A] (> 0)."""
+        return self.sde_log_sigma.clamp(self.min_log_std, self.max_log_std).exp()
+
+    def features(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+        """observation [B, O] -> (mean [B, A], std [B, A] of the pre-tanh u, the
+        body's features h [B, H])."""
+        h = self.body(observation)
+        mean = self.mean(h)
+        if self.use_sde:
+            mean = mean.clamp(-self.sde_clip_mean, self.sde_clip_mean)
+            variance = h.detach().pow(2) @ self.sde_sigma().pow(2)
+            # SB3's epsilon keeps the std > 0 where every feature is 0.
+            return mean, torch.sqrt(variance + 1e-6), h
+        log_std = self.log_std(h).clamp(self.min_log_std, self.max_log_std)
+        return mean, log_std.exp(), h
 
     def distribution(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """observation [B, O] -> (mean [B, A], std [B, A]) of the pre-tanh u."""
-        h = self.body(observation)
-        log_std = self.log_std(h).clamp(self.min_log_std, self.max_log_std)
-        return self.mean(h), log_std.exp()
+        mean, std, _ = self.features(observation)
+        return mean, std
 
     def sample(self, observation: torch.Tensor, generator: Optional[torch.Generator] = None,
-               deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+               deterministic: bool = False,
+               exploration: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized action [B, A] in (-1, 1) and its log-density [B].
+
+        ``exploration`` (gSDE only): standard-normal draws [B, H, A] that the
+        caller holds over several steps; the noise is then h(s) @ (sigma * it).
+        Without it each row's noise is drawn afresh.
 
         The log-density includes the tanh change of variables:
         log pi(a) = log N(u) - sum_i log(1 - tanh(u_i)^2), computed stably as
         2 (log 2 - u - softplus(-2u)).
         """
-        mean, std = self.distribution(observation)
+        mean, std, h = self.features(observation)
         if deterministic:
             u = mean
+        elif exploration is not None:
+            if not self.use_sde:
+                raise ValueError("an exploration matrix is only for gSDE "
+                                 "(SquashedGaussianActor.use_sde = True)")
+            matrix = self.sde_sigma() * exploration.to(mean.device)
+            u = mean + torch.bmm(h.detach().unsqueeze(1), matrix).squeeze(1)
         else:
             # The generator may live on the CPU while the networks are on a
             # GPU (the learner keeps its RNG on the CPU, so that checkpoints
