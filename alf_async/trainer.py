@@ -25,7 +25,7 @@ import torch
 from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
 from alf_async.checkpoint import Checkpointer
-from alf_async.envs.gym_env import UnknownEnvError, env_spec
+from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec
 from alf_async.envs.spaces import UnsupportedSpaceError
 from alf_async.metrics import NAN, IterationRecord, MetricsRecorder, log_env_failures
 from alf_async.resources import check_resources
@@ -64,8 +64,9 @@ class Trainer:
             settings = settings.replace(**overrides)
         self.settings = s = settings
         try:
-            self.observation_dim, self.action_spec, _ = env_spec(s.env_name)
-        except (UnknownEnvError, UnsupportedSpaceError) as e:
+            self.observation_dim, self.action_spec, _ = env_spec(
+                s.env_name, s.max_episode_steps, s.time_feature)
+        except (UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
             raise ConfigError(str(e)) from None
         except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
             raise ConfigError(f"the env {s.env_name!r} cannot be created: "

@@ -238,3 +238,42 @@ def test_pipe_wire_format_round_trips_and_steps_go_as_raw_bytes():
     assert decode_reply(encode_reply(failures)) == ("ok", failures)
     status, error = decode_reply(pickle.dumps(("error", EnvError("E-v0", 2, "boom"))))
     assert status == "error" and isinstance(error, EnvError) and "boom" in str(error)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_time_feature_appends_the_elapsed_fraction_of_the_time_limit(workers):
+    with BatchedEnv(ENV, 2, num_workers=workers, seed=0) as plain:
+        plain_obs = plain.reset()
+    with BatchedEnv(ENV, 2, num_workers=workers, seed=0, max_episode_steps=4,
+                    time_feature=True) as env:
+        assert env.observation_dim == plain.observation_dim + 1
+        obs = env.reset()
+        np.testing.assert_array_equal(obs[:, :-1], plain_obs)  # the env's own part
+        np.testing.assert_array_equal(obs[:, -1], 0.0)
+        for t in range(1, 5):
+            result = env.step(np.zeros((2, 1), np.float32))
+            if t < 4:
+                np.testing.assert_allclose(result.observation[:, -1], t / 4)
+        # The 4th step ends both episodes by the time limit: the last observation
+        # says 4 / 4, the next episode's first 0.
+        assert result.truncated.all()
+        np.testing.assert_allclose(result.final_observation[:, -1], 1.0)
+        np.testing.assert_array_equal(result.observation[:, -1], 0.0)
+
+
+def test_time_feature_without_a_time_limit_is_refused_by_name():
+    import gymnasium as gym
+
+    from alf_async.envs.gym_env import EnvOptionError
+    from alf_async.trainer import Trainer
+    from alf_async.utils.validation import ConfigError
+
+    env_id = "AlfAsyncTestCartPoleNoLimit-v0"
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    with pytest.raises(EnvOptionError, match="Trainer.time_feature needs a time limit"):
+        make_env(env_id, time_feature=True)
+    make_env(env_id, max_episode_steps=50, time_feature=True).close()  # a limit: fine
+    with pytest.raises(ConfigError, match=f"time_feature.*{env_id}.*max_episode_steps"):
+        Trainer("/nonexistent-run-dir", env_name=env_id, time_feature=True,
+                num_env_steps=100)

@@ -61,8 +61,9 @@ def test_play_records_a_gif_with_every_frame(run_dir, tmp_path):
 
 
 def test_play_is_deterministic_with_the_checkpoint_normalizer(run_dir, capsys):
-    policy, env_name, _, path = load_policy(run_dir, "ckpt-1.pt")
-    assert path.endswith("ckpt-1.pt") and env_name == "InvertedPendulumBulletEnv-v0"
+    policy, run_env, path = load_policy(run_dir, "ckpt-1.pt")
+    assert path.endswith("ckpt-1.pt") and run_env.env_name == "InvertedPendulumBulletEnv-v0"
+    assert not run_env.time_feature
     assert policy.deterministic
     state = load_checkpoint_file(path)
     normalizer = state["learner"]["normalizer"]

@@ -172,7 +172,8 @@ def test_impossible_replay_settings_are_config_errors(tmp_path):
 def test_the_async_sac_config_trains_logs_and_plays_from_the_command(tmp_path, train_cmd):
     """The shipped async SAC gin file, shrunk: the train command with two actor
     processes, TensorBoard curves of the SAC and replay metrics, a checkpoint
-    the play command acts from."""
+    the play command acts from (with gSDE and the time feature, which the play
+    command must add to its env for the policy's input to fit)."""
     import subprocess
     import sys
 
@@ -188,7 +189,10 @@ def test_the_async_sac_config_trains_logs_and_plays_from_the_command(tmp_path, t
                      "--gin_param=Replay.learning_starts=128",
                      "--gin_param=SquashedGaussianActor.hidden_sizes=(32, 32)",
                      "--gin_param=TwinQNetwork.hidden_sizes=(32, 32)",
-                     "--gin_param=SACLearner.batch_size=32"],
+                     "--gin_param=SACLearner.batch_size=32",
+                     # gSDE and the time feature, as the zoo runs SAC on PyBullet
+                     "--gin_param=SquashedGaussianActor.use_sde=True",
+                     "--gin_param=Trainer.time_feature=True"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_metrics(str(root))

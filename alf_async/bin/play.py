@@ -59,19 +59,25 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
             raise PlayError(f"--max_steps must be >= 1, got {max_steps}")
         if record_file:
             video_format(record_file)
-        policy, env_name, time_limit, path = load_policy(os.path.abspath(root_dir),
-                                                         checkpoint)
+        policy, run_env, path = load_policy(os.path.abspath(root_dir), checkpoint)
     except (PlayError, VideoError) as e:
         return user_error(str(e), command="alf_async.play")
-    print(f"checkpoint: {path}; env: {env_name}; deterministic (mean) actions")
-    env = make_env(env_name, render_mode="rgb_array",
-                   max_episode_steps=max_steps or time_limit)
+    print(f"checkpoint: {path}; env: {run_env.env_name}; deterministic (mean) actions")
+    # With a time feature the env keeps the run's time limit (the policy sees
+    # t / limit) and --max_steps only cuts episodes short; otherwise
+    # --max_steps replaces the time limit.
+    time_limit = run_env.max_episode_steps
+    if not run_env.time_feature:
+        time_limit = max_steps or time_limit
+    env = make_env(run_env.env_name, render_mode="rgb_array", max_episode_steps=time_limit,
+                   time_feature=run_env.time_feature)
     writer = None
     try:
         if record_file:
             env_fps = (getattr(env.env, "metadata", {}) or {}).get("render_fps") or 30
             writer = VideoWriter(record_file, fps or env_fps)
-        episodes = run_episodes(policy, env, num_episodes, seed, writer, overlay)
+        episodes = run_episodes(policy, env, num_episodes, seed, writer, overlay,
+                                max_steps=max_steps if run_env.time_feature else None)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return ExitCode.SIGINT

@@ -177,12 +177,13 @@ class EnvGroup:
 
     def __init__(self, env_name: str, indices: Sequence[int], seed: int,
                  arrays: Dict[str, np.ndarray], max_episode_steps: Optional[int] = None,
-                 fatal_env_errors: bool = False):
+                 fatal_env_errors: bool = False, time_feature: bool = False):
         self.env_name = env_name
         self.indices = list(indices)
         self.seed = seed
         self.arrays = arrays
         self.max_episode_steps = max_episode_steps
+        self.time_feature = time_feature
         self.fatal_env_errors = fatal_env_errors
         self.recreated = 0
         self.episode_steps = {k: 0 for k in self.indices}
@@ -191,7 +192,8 @@ class EnvGroup:
             self.envs[k] = self._guard(k, self._make)
 
     def _make(self):
-        return make_env(self.env_name, max_episode_steps=self.max_episode_steps)
+        return make_env(self.env_name, max_episode_steps=self.max_episode_steps,
+                        time_feature=self.time_feature)
 
     def _guard(self, k: int, fn):
         try:
@@ -304,7 +306,8 @@ class EnvGroup:
 
 def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: str,
                  indices: List[int], seed: int, max_episode_steps: Optional[int],
-                 fatal_env_errors: bool, parent_pid: int, env_modules: Sequence[str]) -> None:
+                 time_feature: bool, fatal_env_errors: bool, parent_pid: int,
+                 env_modules: Sequence[str]) -> None:
     """Entry point of an env-worker process: serve commands until ``CLOSE``.
 
     A request is (EnvCommand, args); the reply is ("ok", failures) or
@@ -321,7 +324,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
             except Exception:
                 raise EnvError(env_name, None, traceback.format_exc()) from None
             group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
-                             fatal_env_errors)
+                             fatal_env_errors, time_feature)
             conn.send_bytes(encode_reply([]))
         except EnvError as e:
             conn.send(("error", e))
@@ -369,6 +372,8 @@ class BatchedEnv:
             W may not exceed K.
         seed: env k is seeded with ``seed + k`` at its first reset.
         max_episode_steps: override of the id's time limit (None keeps it).
+        time_feature: append t / time limit to each observation (see
+            ``gym_env.make_env``).
         fatal_env_errors: raise ``EnvError`` when an env fails instead of
             recreating it and dropping its episode.
         worker_timeout_s: a worker that neither answers nor dies within this many
@@ -390,6 +395,7 @@ class BatchedEnv:
     def __init__(self, env_name: str, num_envs: int, num_workers: int = 0,
                  seed: int = 0, max_episode_steps: Optional[int] = None,
                  fatal_env_errors: bool = False, worker_timeout_s: float = 60.0,
+                 time_feature: bool = False,
                  env_modules: Sequence[str] = (), num_splits: int = 1,
                  wait_for_workers: bool = True):
         if num_envs < 1:
@@ -412,10 +418,11 @@ class BatchedEnv:
         self.num_workers = num_workers
         self.seed = seed
         self.fatal_env_errors = fatal_env_errors
+        self.time_feature = time_feature
         self.worker_timeout_s = worker_timeout_s
         self.env_modules = tuple(env_modules)
         import_env_modules(self.env_modules)
-        obs_dim, self.action_spec, limit = env_spec(env_name)
+        obs_dim, self.action_spec, limit = env_spec(env_name, max_episode_steps, time_feature)
         action_dim = self.action_spec.dim
         self.observation_dim = obs_dim
         self.action_dim = action_dim
@@ -435,7 +442,7 @@ class BatchedEnv:
             if num_workers == 0:
                 self.arrays = {k: np.zeros(v.shape, v.dtype) for k, v in self._specs.items()}
                 self._group = EnvGroup(env_name, range(num_envs), seed, self.arrays,
-                                       max_episode_steps, fatal_env_errors)
+                                       max_episode_steps, fatal_env_errors, time_feature)
             else:
                 self._block = SharedArrays.create(self._specs, tag="env")
                 self.arrays = self._block.arrays
@@ -466,8 +473,8 @@ class BatchedEnv:
         proc = ctx.Process(
             target=_worker_main, daemon=True, name="alf_async-env-worker",
             args=(child_conn, self._block.name, self._specs, self.env_name, indices, seed,
-                  self._max_episode_steps_override, self.fatal_env_errors, os.getpid(),
-                  self.env_modules))
+                  self._max_episode_steps_override, self.time_feature, self.fatal_env_errors,
+                  os.getpid(), self.env_modules))
         proc.start()
         child_conn.close()
         return _Worker(proc, parent_conn, indices, seed)

@@ -26,6 +26,10 @@ class UnknownEnvError(ValueError):
     """The env id is not registered with gymnasium."""
 
 
+class EnvOptionError(ValueError):
+    """An env cannot take an option asked of it (a time feature without a time limit)."""
+
+
 @contextlib.contextmanager
 def quiet_stdout(fd: int = 1):
     """Silence C-level prints (pybullet writes 'argv[0]=' to stdout)."""
@@ -158,7 +162,8 @@ class EnvAdapter:
 
 
 def make_env(env_name: str, render_mode: Optional[str] = None,
-             max_episode_steps: Optional[int] = None) -> EnvAdapter:
+             max_episode_steps: Optional[int] = None,
+             time_feature: bool = False) -> EnvAdapter:
     """Create one env by gymnasium id, adapted to alf_async (``EnvAdapter``).
 
     Args:
@@ -166,6 +171,8 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
             ``module:id`` to import the module that registers the id first.
         render_mode: passed to ``gym.make`` (``"rgb_array"`` for video).
         max_episode_steps: override the id's time limit (None keeps it).
+        time_feature: append t / time limit to the observation (gymnasium's
+            ``TimeAwareObservation``); the env must have a time limit.
     """
     import gymnasium as gym
 
@@ -179,15 +186,23 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     with quiet_stdout():
         env = gym.make(env_name, **kwargs)
     try:
+        if time_feature:
+            if getattr(env.spec, "max_episode_steps", None) is None:
+                raise EnvOptionError(
+                    f"Trainer.time_feature needs a time limit, and env {env_name} has "
+                    f"none: set Trainer.max_episode_steps")
+            env = gym.wrappers.TimeAwareObservation(env, normalize_time=True)
         return EnvAdapter(env)
     except BaseException:
         env.close()
         raise
 
 
-def env_spec(env_name: str) -> Tuple[int, ActionSpec, Optional[int]]:
-    """(observation_dim, ActionSpec, max_episode_steps) of an env id."""
-    env = make_env(env_name)
+def env_spec(env_name: str, max_episode_steps: Optional[int] = None,
+             time_feature: bool = False) -> Tuple[int, ActionSpec, Optional[int]]:
+    """(observation_dim, ActionSpec, max_episode_steps) of an env id, made as
+    ``make_env`` makes it with these options."""
+    env = make_env(env_name, max_episode_steps=max_episode_steps, time_feature=time_feature)
     try:
         return env.observation_dim, env.action_spec, env.max_episode_steps
     finally:

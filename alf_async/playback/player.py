@@ -19,6 +19,16 @@ class PlayError(ValueError):
     """A problem with the user's input, explained for the user."""
 
 
+@dataclass(frozen=True)
+class RunEnv:
+    """How a run made its envs: the id and the options that change what the
+    policy sees (Trainer.env_name, max_episode_steps, time_feature)."""
+
+    env_name: str
+    max_episode_steps: Optional[int]
+    time_feature: bool
+
+
 @dataclass
 class Episode:
     """One episode's result."""
@@ -64,7 +74,7 @@ def trainer_setting(name: str) -> Any:
 
 
 def load_policy(root_dir: str, checkpoint: Optional[str]):
-    """(policy, env_name, max_episode_steps, checkpoint path) of a run."""
+    """(policy, RunEnv, checkpoint path) of a run."""
     import gin
 
     from alf_async.algorithms.policy import NeuralPolicy
@@ -72,7 +82,7 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     from alf_async.algorithms.sac_learner import SACLearner
     from alf_async.algorithms.sac_policy import SACPolicy
     from alf_async.config import ConfigError, parse_config
-    from alf_async.envs.gym_env import UnknownEnvError, env_spec
+    from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec
     from alf_async.envs.spaces import UnsupportedSpaceError
 
     if not os.path.isdir(root_dir):
@@ -86,9 +96,10 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
         sac = trainer_setting("algorithm") == "sac"
         gin.bind_parameter("SACLearner.device" if sac else "PPOLearner.device", "cpu")
         env_name = trainer_setting("env_name")
-        observation_dim, action_spec, _ = env_spec(env_name)
+        observation_dim, action_spec, _ = env_spec(env_name, trainer_setting("max_episode_steps"),
+                                                   trainer_setting("time_feature"))
         learner = (SACLearner if sac else PPOLearner)(observation_dim, action_spec)
-    except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
+    except (ConfigError, UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
         raise PlayError(str(e)) from None
     try:
         learner.load_state_dict(state["learner"])
@@ -98,7 +109,9 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     policy = (SACPolicy if sac else NeuralPolicy)(observation_dim, action_spec,
                                                   deterministic=True)
     policy.load_weights(learner.weight_arrays())
-    return policy, env_name, trainer_setting("max_episode_steps"), path
+    run_env = RunEnv(env_name, trainer_setting("max_episode_steps"),
+                     trainer_setting("time_feature"))
+    return policy, run_env, path
 
 
 def _label(index: int, steps: int, total: float) -> str:
@@ -106,8 +119,10 @@ def _label(index: int, steps: int, total: float) -> str:
 
 
 def run_episodes(policy, env, num_episodes: int, seed: int = 0, writer=None,
-                 overlay: bool = True, report=print) -> List[Episode]:
-    """Run ``num_episodes`` with ``policy`` on ``env``; frames go to ``writer``."""
+                 overlay: bool = True, report=print,
+                 max_steps: Optional[int] = None) -> List[Episode]:
+    """Run ``num_episodes`` with ``policy`` on ``env``; frames go to ``writer``.
+    An episode ends when the env ends it or after ``max_steps`` steps."""
     from alf_async.envs.gym_env import quiet_stdout
 
     episodes = []
@@ -125,7 +140,7 @@ def run_episodes(policy, env, num_episodes: int, seed: int = 0, writer=None,
             steps += 1
             if writer is not None:
                 writer.add(env.render(), _label(index, steps, total) if overlay else None)
-            if terminated or truncated:
+            if terminated or truncated or steps == max_steps:
                 break
         episodes.append(Episode(total, steps))
         report(f"episode {index + 1}: return {total:.2f}, length {steps}")

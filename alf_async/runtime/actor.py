@@ -64,6 +64,7 @@ class Actor:
         self.env = BatchedEnv(s.env_name, s.num_envs, s.num_env_workers,
                               seed=s.env_seed(actor_id, epoch, generation),
                               max_episode_steps=s.max_episode_steps,
+                              time_feature=s.time_feature,
                               fatal_env_errors=s.fatal_env_errors, env_modules=env_modules,
                               num_splits=s.env_splits, wait_for_workers=False)
         try:
