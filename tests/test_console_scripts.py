@@ -34,6 +34,25 @@ def test_every_command_has_a_console_script():
         assert callable(getattr(importlib.import_module(module), function)), name
 
 
+def documented_flags(command: str) -> set:
+    """The --flags that README.md and docs/*.md write after this command
+    (``python -m alf_async.bin.<command>`` or its console script)."""
+    import glob
+    import re
+
+    script = "alf-" + command.replace("_", "-")
+    flags = set()
+    for path in [os.path.join(REPO_ROOT, "README.md"),
+                 *glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))]:
+        text = open(path, encoding="utf-8").read().replace("\\\n", " ")
+        for line in text.splitlines():
+            for start in (f"python -m alf_async.bin.{command} ", f"{script} "):
+                if start in line:
+                    tail = line.split(start, 1)[1].split("`")[0]
+                    flags |= set(re.findall(r"(?<![\w-])--([a-z_]+)", tail))
+    return flags
+
+
 @pytest.mark.parametrize("command", ["train", "sweep", "eps_report", "play"])
 def test_python_dash_m_still_works(command):
     result = subprocess.run([sys.executable, "-m", f"alf_async.bin.{command}", "--help"],
@@ -42,3 +61,12 @@ def test_python_dash_m_still_works(command):
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert "--root_dir" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    # Every flag the docs show with this command exists (a bool as --x or --nox).
+    import re
+
+    full = subprocess.run([sys.executable, "-m", f"alf_async.bin.{command}", "--helpfull"],
+                          capture_output=True, text=True, timeout=60)
+    defined = set(re.findall(r"--(?:\[no\])?([a-z_]+)", full.stdout + full.stderr))
+    for flag in documented_flags(command):
+        assert flag in defined or (flag.startswith("no") and flag[2:] in defined), (
+            f"the docs show --{flag} with {command}, which has no such flag")
