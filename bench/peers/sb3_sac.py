@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import deque
 
@@ -65,6 +66,9 @@ class Marks(BaseCallback):
             if str(mark) not in self.return_at and self.num_timesteps >= mark:
                 self.return_at[str(mark)] = float(np.mean(self.returns)) if self.returns else None
                 self.wall_s_at[str(mark)] = time.monotonic() - self.start
+                # Each mark as it is passed, so that a run cut short keeps them.
+                print(f"mark {mark}: return {self.return_at[str(mark)]}, "
+                      f"{self.wall_s_at[str(mark)]:.0f} s", file=sys.stderr, flush=True)
         return True
 
 
