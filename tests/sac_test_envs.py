@@ -59,7 +59,7 @@ class PointMass(gym.Env):
 
 
 for env_id, kwargs in (("AlfAsyncPointMass-v0", {}),
-                       ("AlfAsyncSlowPointMass-v0", {"step_sleep_s": 0.005}),
+                       ("AlfAsyncSlowPointMass-v0", {"step_sleep_s": 0.01}),
                        ("AlfAsyncExitingPointMass-v0", {"exit_once": True})):
     if env_id not in gym.registry:
         gym.register(id=env_id, entry_point=PointMass, max_episode_steps=20, kwargs=kwargs)

@@ -54,7 +54,7 @@ def train(root, s: TrainerSettings, replay: ReplaySettings) -> OffPolicyTrainer:
 
 @pytest.mark.parametrize("env, ratio, learner_waits", [
     (FAST_ENV, 0.5, False),  # sampling far faster: the actors are held back
-    (SLOW_ENV, 2.0, True),   # training far faster: the learner waits for data
+    (SLOW_ENV, 4.0, True),   # training far faster: the learner waits for data
 ])
 def test_the_ratio_holds_whichever_side_is_faster(tmp_path, env, ratio, learner_waits):
     replay = ReplaySettings(capacity=10_000, learning_starts=100,
