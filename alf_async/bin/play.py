@@ -77,7 +77,7 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
             env_fps = (getattr(env.env, "metadata", {}) or {}).get("render_fps") or 30
             writer = VideoWriter(record_file, fps or env_fps)
         episodes = run_episodes(policy, env, num_episodes, seed, writer, overlay,
-                                max_steps=max_steps if run_env.time_feature else None)
+                                max_steps=max_steps)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return ExitCode.SIGINT
