@@ -10,6 +10,7 @@ import torch
 from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
                                            polyak_update, temperature_loss)
 from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork, squash_correction
+from alf_async.utils.validation import ConfigError
 
 
 def t(*values):
@@ -144,3 +145,30 @@ def test_twin_q_networks_are_independent():
     assert not torch.allclose(q1, q2)
     q1.sum().backward()
     assert all(p.grad is None for p in q.q2.parameters())
+
+
+def _hidden_layers(module):
+    return [m for m in module.body if isinstance(m, torch.nn.Linear)]
+
+
+def test_hidden_init_orthogonal_or_torch_default():
+    torch.manual_seed(0)
+    ortho = SquashedGaussianActor(20, 3, hidden_sizes=(64, 32))
+    default = SquashedGaussianActor(20, 3, hidden_sizes=(64, 32), hidden_init="torch_default")
+    q = TwinQNetwork(20, 3, hidden_sizes=(64, 32), hidden_init="torch_default")
+    for layer in _hidden_layers(ortho):
+        w = layer.weight.detach()
+        # Orthogonal rows or columns (whichever are fewer), scaled by sqrt(2).
+        gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        assert torch.allclose(gram, 2.0 * torch.eye(len(gram)), atol=1e-4)
+        assert torch.all(layer.bias == 0)
+    for layer in _hidden_layers(default) + _hidden_layers(q.q1) + _hidden_layers(q.q2):
+        bound = 1.0 / math.sqrt(layer.in_features)
+        for p in (layer.weight, layer.bias):
+            assert p.abs().max() <= bound
+            # Spread over the interval, not zeros or a constant.
+            assert p.std() > 0.4 * bound
+    with pytest.raises(ConfigError, match="SquashedGaussianActor.hidden_init"):
+        SquashedGaussianActor(4, 2, hidden_init="xavier")
+    with pytest.raises(ConfigError, match="TwinQNetwork.hidden_init"):
+        TwinQNetwork(4, 2, hidden_init="xavier")

@@ -33,17 +33,29 @@ from alf_async.envs.spaces import ActionSpec, as_action_spec
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
-def mlp(input_dim: int, hidden_sizes: Sequence[int], activation: str) -> Tuple[nn.Module, int]:
-    """A stack of Linear + activation layers; returns (module, output size)."""
+HIDDEN_INITS = ("orthogonal", "torch_default")
+
+
+def mlp(input_dim: int, hidden_sizes: Sequence[int], activation: str,
+        hidden_init: str = "orthogonal") -> Tuple[nn.Module, int]:
+    """A stack of Linear + activation layers; returns (module, output size).
+
+    ``hidden_init``: "orthogonal" (weights orthogonal with gain sqrt(2), biases
+    0: the PPO implementations' choice) or "torch_default" (``nn.Linear``'s own:
+    weights and biases uniform in +-1/sqrt(fan_in), as Stable-Baselines3's SAC).
+    """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got '{activation}'")
+    if hidden_init not in HIDDEN_INITS:
+        raise ValueError(f"hidden_init must be one of {list(HIDDEN_INITS)}, got '{hidden_init}'")
     layers, size = [], input_dim
     for hidden in hidden_sizes:
         if int(hidden) < 1:
             raise ValueError(f"hidden layer sizes must be >= 1, got {list(hidden_sizes)}")
         layer = nn.Linear(size, int(hidden))
-        nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
-        nn.init.zeros_(layer.bias)
+        if hidden_init == "orthogonal":
+            nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
+            nn.init.zeros_(layer.bias)
         layers += [layer, _ACTIVATIONS[activation]()]
         size = int(hidden)
     return nn.Sequential(*layers), size

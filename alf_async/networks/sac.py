@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from alf_async.networks.actor_critic import mlp
+from alf_async.networks.actor_critic import HIDDEN_INITS, mlp
+from alf_async.utils.validation import check
 
 
 @gin.configurable
@@ -51,13 +52,18 @@ class SquashedGaussianActor(nn.Module):
             matrix E before drawing a new one (the zoo's SAC draws one per
             collection of train_freq = 8 steps).
         sde_clip_mean: gSDE: bound of the pre-tanh mean.
+        hidden_init: the hidden layers' initialization, "orthogonal" (gain
+            sqrt(2), zero biases) or "torch_default" (``nn.Linear``'s own, as
+            Stable-Baselines3's SAC); the output layers always keep
+            ``nn.Linear``'s own.
     """
 
     def __init__(self, observation_dim: int, action_dim: int,
                  hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu",
                  min_log_std: float = -20.0, max_log_std: float = 2.0,
                  initial_log_std: float = 0.0, use_sde: bool = False,
-                 sde_sample_interval: int = 8, sde_clip_mean: float = 2.0):
+                 sde_sample_interval: int = 8, sde_clip_mean: float = 2.0,
+                 hidden_init: str = "orthogonal"):
         super().__init__()
         if sde_sample_interval < 1:
             raise ValueError(f"SquashedGaussianActor.sde_sample_interval must be >= 1 "
@@ -65,7 +71,9 @@ class SquashedGaussianActor(nn.Module):
         if sde_clip_mean <= 0:
             raise ValueError(f"SquashedGaussianActor.sde_clip_mean must be > 0, "
                              f"got {sde_clip_mean}")
-        self.body, size = mlp(observation_dim, hidden_sizes, activation)
+        check("SquashedGaussianActor", "hidden_init", hidden_init, "choice",
+              choices=HIDDEN_INITS)
+        self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
         self.feature_dim = size
         self.mean = nn.Linear(size, action_dim)
         self.use_sde = use_sde
@@ -150,13 +158,17 @@ class TwinQNetwork(nn.Module):
         observation_dim: O.
         action_dim: A.
         hidden_sizes, activation: of each Q network.
+        hidden_init: the hidden layers' initialization (as
+            ``SquashedGaussianActor``'s); the output layers keep ``nn.Linear``'s own.
     """
 
     def __init__(self, observation_dim: int, action_dim: int,
-                 hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu"):
+                 hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu",
+                 hidden_init: str = "orthogonal"):
         super().__init__()
-        self.q1 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation)
-        self.q2 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation)
+        check("TwinQNetwork", "hidden_init", hidden_init, "choice", choices=HIDDEN_INITS)
+        self.q1 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation, hidden_init)
+        self.q2 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation, hidden_init)
 
     def forward(self, observation: torch.Tensor,
                 action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -166,9 +178,10 @@ class TwinQNetwork(nn.Module):
 
 
 class _QNetwork(nn.Module):
-    def __init__(self, input_dim: int, hidden_sizes: Sequence[int], activation: str):
+    def __init__(self, input_dim: int, hidden_sizes: Sequence[int], activation: str,
+                 hidden_init: str):
         super().__init__()
-        self.body, size = mlp(input_dim, hidden_sizes, activation)
+        self.body, size = mlp(input_dim, hidden_sizes, activation, hidden_init)
         self.head = nn.Linear(size, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
