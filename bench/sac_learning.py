@@ -11,12 +11,15 @@ Runs, one after another on this machine (never side by side):
 
 Per run and per mark in ``--marks`` (env steps, default 100000,300000): the
 mean return of the last 100 finished episodes when the run first reached the
-mark, and the training-loop seconds to it; for alf_async also the achieved env
-steps per gradient step and gradient steps per second.
+mark, and the training-loop seconds to it; the env steps and seconds at which
+that mean return first reached ``--threshold`` (steps- and time-to-score; null
+if never); for alf_async also the achieved env steps per gradient step and
+gradient steps per second.
 
 Output: one JSON line {"bench": "sac_learning", "marks": [...], "runs": {name:
-{"return_at": {mark: R}, "wall_s_at": {mark: s}, "ratio": r, "gradient_steps_per_s":
-g}}, "async_over_sync_wall": {mark: x}, ...}.
+{"return_at": {mark: R}, "wall_s_at": {mark: s}, "steps_to_threshold": n,
+"wall_s_to_threshold": s, "ratio": r, "gradient_steps_per_s": g}},
+"async_over_sync_wall": {mark: x}, "threshold": R, ...}.
 
 Full size:  python -m bench.sac_learning --sb3_python /tmp/peers/sb3/bin/python
             (HalfCheetahBullet, 300k steps x 3 runs: several hours on 2 cores)
@@ -35,6 +38,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from bench import benchlib
+from bench.learning import first_reaching
 
 GIN = {"sync": "sac_bullet_half_cheetah.gin", "async": "async_sac_bullet_half_cheetah.gin"}
 SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sb3_sac.py")
@@ -48,18 +52,27 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--sb3_python", default=None,
                    help="python of a virtualenv with stable-baselines3 (adds the sb3 run)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threshold", type=float, default=1000.0,
+                   help="score for steps- and time-to-score (mean return of the last 100 "
+                        "episodes; a random policy scores about -1360)")
     benchlib.add_common_train_args(p)
     p.set_defaults(timeout_s=12 * 3600.0)
     return p.parse_args(argv)
 
 
-def at_marks(rows: List[Dict[str, Any]], marks: List[int]) -> Dict[str, Dict[str, Any]]:
-    """Return and wall time at the first row reaching each mark."""
-    out: Dict[str, Dict[str, Any]] = {"return_at": {}, "wall_s_at": {}}
+def at_marks(rows: List[Dict[str, Any]], marks: List[int],
+             threshold: Optional[float] = None) -> Dict[str, Any]:
+    """Return and wall time at the first row reaching each mark, and (with a
+    threshold) the env steps and wall time of the first row scoring it."""
+    out: Dict[str, Any] = {"return_at": {}, "wall_s_at": {}}
     for mark in marks:
         row = next((r for r in rows if r["env_steps"] >= mark), None)
         out["return_at"][str(mark)] = None if row is None else row.get("episode_return")
         out["wall_s_at"][str(mark)] = None if row is None else row.get("wall_time")
+    if threshold is not None:
+        hit = first_reaching(rows, threshold)
+        out["steps_to_threshold"] = None if hit is None else hit["env_steps"]
+        out["wall_s_to_threshold"] = None if hit is None else hit.get("wall_time")
     return out
 
 
@@ -76,7 +89,7 @@ def run_alf(name: str, marks: List[int], args: argparse.Namespace) -> Dict[str, 
         raise SystemExit(f"the {name} run wrote no metrics (exit {status['returncode']})")
     last = rows[-1]
     train_s = last["wall_time"]
-    result = at_marks(rows, marks)
+    result = at_marks(rows, marks, args.threshold)
     result.update({"returncode": status["returncode"], "ratio": last.get("ratio_overall"),
                    "gradient_steps": last.get("gradient_steps_total"),
                    "gradient_steps_per_s": (last.get("gradient_steps_total") or 0) / train_s,
@@ -88,7 +101,7 @@ def run_alf(name: str, marks: List[int], args: argparse.Namespace) -> Dict[str, 
 
 def run_sb3(marks: List[int], args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sb3_python, SB3_SCRIPT, "--marks", ",".join(map(str, marks)),
-           "--seed", str(args.seed)]
+           "--seed", str(args.seed), "--threshold", str(args.threshold)]
     benchlib.logger.info("running: %s", " ".join(cmd))
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(),
                           text=True, timeout=args.timeout_s)
@@ -116,7 +129,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             s, a = runs["sync"]["wall_s_at"].get(mark), runs["async"]["wall_s_at"].get(mark)
             ratio[mark] = a / s if s and a and math.isfinite(s) else None
     benchlib.emit({"bench": "sac_learning", "env": "HalfCheetahBulletEnv-v0", "marks": marks,
-                   "seed": args.seed, "runs": runs, "async_over_sync_wall": ratio,
+                   "threshold": args.threshold, "seed": args.seed, "runs": runs, "async_over_sync_wall": ratio,
                    **benchlib.machine_info()})
     return 0
 

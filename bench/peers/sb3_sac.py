@@ -15,8 +15,9 @@ batch 256, lr 7.3e-4, gamma 0.98, tau 0.02, train_freq 8, gradient_steps 8,
 learning_starts 10000, ent_coef auto, gSDE with log_std_init -3, net_arch
 [400, 300], TimeFeatureWrapper. Prints one JSON line: {"library": "sb3",
 "return_at": {mark: mean return of the last 100 episodes}, "wall_s_at": {mark:
-seconds of model.learn, summed over resumed parts}, "gradient_steps_per_s",
-"env_steps_per_s"} (a resumed part gives "resumed_at" and its own env_steps_per_s).
+seconds of model.learn, summed over resumed parts}, "steps_to_threshold" and
+"wall_s_to_threshold" (when that mean return first reached --threshold; null if
+never), "gradient_steps_per_s", "env_steps_per_s"} (a resumed part gives "resumed_at" and its own env_steps_per_s).
 """
 
 from __future__ import annotations
@@ -60,20 +61,24 @@ class TimeFeature(gym.ObservationWrapper):
 
 
 class Marks(BaseCallback):
-    """Records return and wall time at each mark; with save_dir also saves the model,
-    its replay buffer and these records there at each mark, so that a long run can
-    be continued later with --resume."""
+    """Records return and wall time at each mark, and the env steps and wall time
+    at which the mean return first reached the threshold; with save_dir also saves
+    the model, its replay buffer and these records there at each mark, so that a
+    long run can be continued later with --resume."""
 
-    def __init__(self, marks, save_dir=None):
+    def __init__(self, marks, save_dir=None, threshold=None):
         super().__init__()
         self.marks, self.returns = sorted(marks), deque(maxlen=100)
         self.return_at, self.wall_s_at, self.start = {}, {}, time.monotonic()
         self.save_dir, self.wall_before = save_dir, 0.0
+        self.threshold, self.steps_to_threshold, self.wall_s_to_threshold = threshold, None, None
 
     def restore(self, state):
         self.returns.extend(state["returns"])
         self.return_at, self.wall_s_at = state["return_at"], state["wall_s_at"]
         self.wall_before = state["wall_s"]
+        self.steps_to_threshold = state.get("steps_to_threshold")
+        self.wall_s_to_threshold = state.get("wall_s_to_threshold")
 
     def wall_s(self) -> float:
         return self.wall_before + time.monotonic() - self.start
@@ -82,6 +87,12 @@ class Marks(BaseCallback):
         for info in self.locals.get("infos", []):
             if "episode" in info:
                 self.returns.append(info["episode"]["r"])
+                if (self.threshold is not None and self.steps_to_threshold is None
+                        and np.mean(self.returns) >= self.threshold):
+                    self.steps_to_threshold = self.num_timesteps
+                    self.wall_s_to_threshold = self.wall_s()
+                    print(f"threshold {self.threshold}: {self.num_timesteps} env steps, "
+                          f"{self.wall_s_to_threshold:.0f} s", file=sys.stderr, flush=True)
         for mark in self.marks:
             if str(mark) not in self.return_at and self.num_timesteps >= mark:
                 self.return_at[str(mark)] = float(np.mean(self.returns)) if self.returns else None
@@ -98,7 +109,9 @@ class Marks(BaseCallback):
         self.model.save_replay_buffer(os.path.join(self.save_dir, "replay_buffer.pkl"))
         state = {"returns": [float(r) for r in self.returns], "return_at": self.return_at,
                  "wall_s_at": self.wall_s_at, "wall_s": self.wall_s(),
-                 "num_timesteps": self.num_timesteps}
+                 "num_timesteps": self.num_timesteps,
+                 "steps_to_threshold": self.steps_to_threshold,
+                 "wall_s_to_threshold": self.wall_s_to_threshold}
         tmp = os.path.join(self.save_dir, "marks.json.tmp")
         with open(tmp, "w") as f:
             json.dump(state, f)
@@ -109,6 +122,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--marks", default="100000,300000")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threshold", type=float, default=1000.0,
+                   help="score for steps- and time-to-score (mean return of the last "
+                        "100 episodes)")
     p.add_argument("--save_dir", default=None,
                    help="save model, replay buffer and marks here at each mark")
     p.add_argument("--resume", action="store_true",
@@ -116,7 +132,7 @@ def main() -> None:
     args = p.parse_args()
     marks = [int(m) for m in args.marks.split(",")]
     env = TimeFeature(Monitor(gym.make("HalfCheetahBulletEnv-v0")))
-    callback = Marks(marks, args.save_dir)
+    callback = Marks(marks, args.save_dir, args.threshold)
     if args.save_dir:
         os.makedirs(args.save_dir, exist_ok=True)
     if args.resume:
@@ -133,6 +149,8 @@ def main() -> None:
         wall = time.monotonic() - start
         print(json.dumps({"library": "sb3", "return_at": callback.return_at,
                           "wall_s_at": callback.wall_s_at, "resumed_at": state["num_timesteps"],
+                          "steps_to_threshold": callback.steps_to_threshold,
+                          "wall_s_to_threshold": callback.wall_s_to_threshold,
                           "env_steps_per_s": (model.num_timesteps - state["num_timesteps"])
                           / wall}))
         return
@@ -146,6 +164,8 @@ def main() -> None:
     wall = time.monotonic() - start
     print(json.dumps({"library": "sb3", "return_at": callback.return_at,
                       "wall_s_at": callback.wall_s_at,
+                      "steps_to_threshold": callback.steps_to_threshold,
+                      "wall_s_to_threshold": callback.wall_s_to_threshold,
                       "gradient_steps_per_s": model._n_updates / wall,
                       "env_steps_per_s": model.num_timesteps / wall}))
 
