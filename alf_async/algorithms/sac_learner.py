@@ -4,8 +4,9 @@ Soft Actor-Critic (Haarnoja et al. 2018) with twin Q networks, Polyak-averaged
 target networks and an automatically tuned entropy temperature alpha (target
 entropy -|A| by default). Defaults follow the rl-baselines3-zoo PyBullet
 hyperparameters (HalfCheetahBulletEnv-v0): lr 7.3e-4, batch 256, gamma 0.98,
-tau 0.02, (400, 300) ReLU networks. (The zoo also uses gSDE exploration; this
-learner samples plain state-dependent Gaussian noise.)
+tau 0.02, (400, 300) ReLU networks. The zoo's gSDE exploration is
+``SquashedGaussianActor.use_sde`` (on in the shipped gin configs; off by default
+here, which samples plain state-dependent Gaussian noise).
 
 A gradient step (``train_step``) on a batch of B transitions ([B, ...] arrays
 from ``ReplayBuffer.sample``):
