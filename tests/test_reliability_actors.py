@@ -66,10 +66,16 @@ def test_sigkilled_actor_is_restarted_and_the_run_completes(tmp_path):
 @pytest.mark.timeout(240)
 def test_hung_actor_is_killed_and_restarted(tmp_path):
     """A stopped (SIGSTOP) actor sends no heartbeat: after Trainer.actor_timeout_s
-    it is killed and restarted, and the run completes instead of hanging."""
+    it is killed and restarted, and the run completes instead of hanging.
+
+    The env sleeps 5 ms a step (0.32 s an iteration of 2 x 32 steps), so the
+    stop lands while the run still has seconds of collecting to do, however
+    fast the machine runs the rest (with the plain env a loaded machine's poll
+    could find all 8 iterations already collected)."""
     root = str(tmp_path / "run")
-    iterations = 8
+    iterations = 30
     params = small_params("Trainer.num_actors=1", "Trainer.actor_timeout_s=6",
+                          'Trainer.env_name="alf_async.envs.latency:AlfAsyncLatencyPendulum-v0"',
                           iterations=iterations)
     with TrainRun(root, params) as run:
         run.wait_for_iteration(2)
