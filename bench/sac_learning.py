@@ -129,7 +129,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             s, a = runs["sync"]["wall_s_at"].get(mark), runs["async"]["wall_s_at"].get(mark)
             ratio[mark] = a / s if s and a and math.isfinite(s) else None
     benchlib.emit({"bench": "sac_learning", "env": "HalfCheetahBulletEnv-v0", "marks": marks,
-                   "threshold": args.threshold, "seed": args.seed, "runs": runs, "async_over_sync_wall": ratio,
+                   "threshold": args.threshold, "seed": args.seed, "runs": runs,
+                   "async_over_sync_wall": ratio,
                    **benchlib.machine_info()})
     return 0
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
 
 import pytest
+
+from alf_async.reporting.run_metrics import gin_binding_text
 
 from conftest import REPO_ROOT
 
@@ -38,9 +39,9 @@ def read_metrics(path):
 def demo_budget(root) -> int:
     """Trainer.num_env_steps of the run in ``root`` (its operative_config.gin)."""
     with open(os.path.join(root, "operative_config.gin"), encoding="utf-8") as f:
-        found = re.search(r"^Trainer\.num_env_steps\s*=\s*(\d+)\s*$", f.read(), re.MULTILINE)
-    assert found, f"no Trainer.num_env_steps in {root}/operative_config.gin"
-    return int(found.group(1))
+        value = gin_binding_text(f.read(), "Trainer.num_env_steps")
+    assert value, f"no Trainer.num_env_steps in {root}/operative_config.gin"
+    return int(value)
 
 
 def reached(lines) -> bool:

@@ -17,7 +17,8 @@ learning_starts 10000, ent_coef auto, gSDE with log_std_init -3, net_arch
 "return_at": {mark: mean return of the last 100 episodes}, "wall_s_at": {mark:
 seconds of model.learn, summed over resumed parts}, "steps_to_threshold" and
 "wall_s_to_threshold" (when that mean return first reached --threshold; null if
-never), "gradient_steps_per_s", "env_steps_per_s"} (a resumed part gives "resumed_at" and its own env_steps_per_s).
+never), "gradient_steps_per_s", "env_steps_per_s"} (a resumed part gives
+"resumed_at" and its own env_steps_per_s).
 """
 
 from __future__ import annotations
