@@ -114,18 +114,24 @@ def _load_all_checkpoints(root: str):
     ("group", "before_first_checkpoint"),
 ])
 def test_sigkill_then_resume(tmp_path, target, moment):
+    """The env sleeps 5 ms a step (about 0.16 s an iteration with two actors), so
+    that the kill lands with seconds of training left however fast the rest runs:
+    with the plain env a loaded machine could finish all 40 iterations between
+    the iteration the test waits for and the kill."""
     root = str(tmp_path / "run")
     iterations = 40
     interval = 1000 if moment == "before_first_checkpoint" else 3
     params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
-                          f"Trainer.checkpoint_interval={interval}", iterations=iterations)
+                          f"Trainer.checkpoint_interval={interval}",
+                          'Trainer.env_name="alf_async.envs.latency:AlfAsyncLatencyPendulum-v0"',
+                          iterations=iterations)
     # A random moment inside training: after a random iteration, plus jitter so
     # that the kill lands anywhere in an iteration (also during checkpoint writes).
     kill_after = random.randint(2, iterations // 3) if moment == "random" else 2
     delay = random.uniform(0.0, 0.3) if moment == "random" else 0.0
     with TrainRun(root, params) as first:
+        first.wait_for(lambda: len(first.env_workers()) == 2, 60, "2 env workers")
         first.wait_for_iteration(kill_after)
-        first.wait_for(lambda: len(first.env_workers()) == 2, 30, "2 env workers")
         time.sleep(delay)
         first._sample_once()
         assert first.running(), "the run ended before the kill; make it longer"
