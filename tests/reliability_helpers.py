@@ -26,6 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import psutil
 
+from alf_async.envs.latency import ENV_ID as LATENCY_ENV_ID
 from alf_async.utils.shared_memory import block_owner_pid, list_blocks, shm_directory
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +43,11 @@ SMALL = (
     "MetricsRecorder.tensorboard=False",
     "MetricsRecorder.console_interval_s=0",
 )
+
+# Runs on an env that sleeps 5 ms a step (alf_async.envs.latency), for tests that
+# act on a run mid-training and need seconds of training left after they act,
+# however fast the machine runs the rest.
+SLOW_ENV_PARAM = f'Trainer.env_name="alf_async.envs.latency:{LATENCY_ENV_ID}"'
 
 # Seconds every child of a run gets to end after the run's trainer has ended.
 CHILD_EXIT_S = 15.0

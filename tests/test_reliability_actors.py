@@ -30,8 +30,8 @@ from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.settings import TrainerSettings
 from scripted_policy import ScriptedPolicy
 
-from reliability_helpers import (TrainRun, alf_async_log, checkpoint_files,
-                                   checkpoint_iteration, small_params)
+from reliability_helpers import (SLOW_ENV_PARAM, TrainRun, alf_async_log,
+                                   checkpoint_files, checkpoint_iteration, small_params)
 
 
 def _kill_one_actor(run: TrainRun, actor_index: int = 0) -> int:
@@ -75,7 +75,7 @@ def test_hung_actor_is_killed_and_restarted(tmp_path):
     root = str(tmp_path / "run")
     iterations = 30
     params = small_params("Trainer.num_actors=1", "Trainer.actor_timeout_s=6",
-                          'Trainer.env_name="alf_async.envs.latency:AlfAsyncLatencyPendulum-v0"',
+                          SLOW_ENV_PARAM,
                           iterations=iterations)
     with TrainRun(root, params) as run:
         run.wait_for_iteration(2)

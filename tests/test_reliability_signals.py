@@ -25,7 +25,8 @@ import pytest
 import torch
 
 from alf_async.utils.shared_memory import list_blocks
-from reliability_helpers import (CHILD_EXIT_S, TrainRun, assert_counters_monotonic,
+from reliability_helpers import (CHILD_EXIT_S, SLOW_ENV_PARAM, TrainRun,
+                                   assert_counters_monotonic,
                                    checkpoint_files, checkpoint_iteration, small_params)
 
 LONG = 100000  # iterations: the run only ends through the signal
@@ -123,7 +124,7 @@ def test_sigkill_then_resume(tmp_path, target, moment):
     interval = 1000 if moment == "before_first_checkpoint" else 3
     params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
                           f"Trainer.checkpoint_interval={interval}",
-                          'Trainer.env_name="alf_async.envs.latency:AlfAsyncLatencyPendulum-v0"',
+                          SLOW_ENV_PARAM,
                           iterations=iterations)
     # A random moment inside training: after a random iteration, plus jitter so
     # that the kill lands anywhere in an iteration (also during checkpoint writes).
