@@ -6,7 +6,7 @@ The package is split by responsibility:
 - ``alf_async.networks``: actor and value networks.
 - ``alf_async.algorithms``: GAE, the PPO loss and the PPO learner.
 - ``alf_async.runtime``: trajectory slots, the weight store, actors and backends.
-- ``alf_async.trainer``: the training loop that ties them together.
+- ``alf_async.training``: the run's life cycle and the training loops it drives.
 - ``alf_async.bin``: command-line entry points.
 
 Importing the top-level package is cheap on purpose: env-worker processes import

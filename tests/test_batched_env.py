@@ -30,8 +30,10 @@ import numpy as np
 import psutil
 import pytest
 
-from alf_async.envs.batched_env import (BatchedEnv, EnvCommand, EnvError, decode_reply,
-                                        decode_request, encode_reply, encode_request)
+from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.env_errors import EnvError
+from alf_async.envs.worker_protocol import (EnvCommand, decode_reply, decode_request,
+                                            encode_reply, encode_request)
 from alf_async.envs.gym_env import make_env
 from alf_async.utils.shared_memory import list_blocks
 
@@ -265,7 +267,7 @@ def test_time_feature_without_a_time_limit_is_refused_by_name():
     import gymnasium as gym
 
     from alf_async.envs.gym_env import EnvOptionError
-    from alf_async.trainer import Trainer
+    from alf_async.training.trainer import Trainer
     from alf_async.utils.validation import ConfigError
 
     env_id = "AlfAsyncTestCartPoleNoLimit-v0"

@@ -142,7 +142,7 @@ def test_ppo_step_on_a_discrete_batch_changes_the_policy():
 
 
 def test_unsupported_space_is_a_config_error(tmp_path):
-    from alf_async.trainer import Trainer
+    from alf_async.training.trainer import Trainer
 
     _register("AlfAsyncTestTextAction-v0", gym.spaces.Box(-1, 1, (2,), np.float32),
               gym.spaces.Text(5))
@@ -161,7 +161,7 @@ def test_cartpole_return_improves(tmp_path):
     import json
 
     from alf_async.config import parse_config
-    from alf_async.trainer import Trainer
+    from alf_async.training.trainer import Trainer
 
     parse_config(["ppo_cartpole.gin"], ["Trainer.num_env_steps=0",
                                         "Trainer.num_iterations=40",

@@ -13,10 +13,9 @@ import gin
 import pytest
 
 from alf_async.config import parse_config
-from alf_async.hogwild.trainer import HogwildTrainer
-from alf_async.off_policy_trainer import OffPolicyTrainer
-from alf_async.trainer import Trainer
-from alf_async.trainers import make_trainer
+from alf_async.training.hogwild_loop import HogwildLoop
+from alf_async.training.off_policy import OffPolicyLoop
+from alf_async.training.trainer import Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "gin_configs", "*.gin")))
@@ -34,12 +33,12 @@ def test_expected_configs_are_shipped():
 def test_config_builds_a_trainer(name, tmp_path):
     parse_config([name])
     try:
-        trainer = make_trainer(root_dir=str(tmp_path / "run"))
+        trainer = Trainer(root_dir=str(tmp_path / "run"))
         s = trainer.settings
         assert s.num_env_steps > 0 or s.num_iterations > 0
-        assert isinstance(trainer, HogwildTrainer) == (s.runtime == "hogwild")
+        assert isinstance(trainer.loop, HogwildLoop) == (s.runtime == "hogwild")
         if s.off_policy:
-            assert isinstance(trainer, (OffPolicyTrainer, HogwildTrainer))
+            assert isinstance(trainer.loop, (OffPolicyLoop, HogwildLoop))
             # (Hogwild: each of the N workers collects its share first.)
             share = trainer.replay_settings.learning_starts // (
                 s.num_actors if s.runtime == "hogwild" else 1)
@@ -95,7 +94,7 @@ def test_hogwild_file_differs_from_its_base_only_in_runtime_and_workers(base, ho
     for name in (base, hogwild):
         parse_config([name])
         try:
-            values[name] = make_trainer(root_dir=str(tmp_path / name)).settings.as_dict()
+            values[name] = Trainer(root_dir=str(tmp_path / name)).settings.as_dict()
         finally:
             gin.clear_config()
     differing = {k for k in values[base] if values[base][k] != values[hogwild][k]}
@@ -107,7 +106,7 @@ def test_async_sac_differs_from_sync_only_in_the_async_bindings(tmp_path):
     values = {}
     for name in ("sac_bullet_half_cheetah.gin", "async_sac_bullet_half_cheetah.gin"):
         parse_config([name])
-        trainer = make_trainer(root_dir=str(tmp_path / name))
+        trainer = Trainer(root_dir=str(tmp_path / name))
         values[name] = {**trainer.settings.as_dict(),
                         **{f"replay.{k}": v for k, v in vars(trainer.replay_settings).items()},
                         **{f"learner.{k}": v for k, v in vars(trainer.learner).items()

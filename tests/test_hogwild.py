@@ -188,14 +188,14 @@ def test_hogwild_ppo_run_checkpoint_and_resume(tmp_path):
     import gin
 
     from alf_async.config import parse_config
-    from alf_async.trainers import make_trainer
+    from alf_async.training.trainer import Trainer
 
     root = str(tmp_path / "run")
     params = small_params("Trainer.checkpoint_interval=4", "Hogwild.sync_interval=2",
                           iterations=9)
     parse_config([HOGWILD_PPO_GIN], params)
     try:
-        trainer = make_trainer(root)
+        trainer = Trainer(root)
         initial = {k: v.detach().clone()
                    for k, v in trainer.learner.model.state_dict().items()}
         counters = trainer.train()
@@ -224,7 +224,7 @@ def test_hogwild_ppo_run_checkpoint_and_resume(tmp_path):
     parse_config([HOGWILD_PPO_GIN], small_params("Trainer.checkpoint_interval=4",
                                                  "Hogwild.sync_interval=2", iterations=13))
     try:
-        counters2 = make_trainer(root).train()
+        counters2 = Trainer(root).train()
     finally:
         gin.clear_config()
     assert counters2["iteration"] == 13

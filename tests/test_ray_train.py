@@ -126,7 +126,7 @@ def test_backend_ray_without_ray_exits_2(tmp_path):
 
 
 def test_the_library_does_not_import_ray():
-    code = ("import sys; import alf_async.trainer, alf_async.bin.train, alf_async.bin.sweep, "
+    code = ("import sys; import alf_async.training.trainer, alf_async.bin.train, alf_async.bin.sweep, "
             "alf_async.runtime.actor_pool; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=120, check=True).stdout

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from alf_async.config import parse_config
-from alf_async.trainer import Trainer
+from alf_async.training.trainer import Trainer
 from reliability_helpers import (DEMO_GIN, TrainRun, checkpoint_files, run_to_end,
                                    small_params)
 
@@ -79,7 +79,7 @@ def test_learner_exception_stops_children_and_writes_no_checkpoint(tmp_path):
         def failing_train(batch, *args):
             if trainer.learner.iteration == 5:
                 seen["checkpoints"] = _snapshot(root)
-                seen["pids"] = list(trainer.pool.pids)
+                seen["pids"] = list(trainer.loop.batches.pool.pids)
                 raise LearnerBroke("learner broke on purpose")
             return real_train(batch, *args)
 

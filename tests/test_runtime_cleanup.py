@@ -35,7 +35,7 @@ import torch
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.config import register_configurables
 from alf_async.utils.shared_memory import list_blocks
-from alf_async.trainer import Trainer
+from alf_async.training.trainer import Trainer
 
 from conftest import REPO_ROOT, wait_until
 
@@ -234,7 +234,7 @@ def test_learner_exception_in_process(tmp_path):
 
     def failing_train(self, batch, *args):
         calls.append(1)
-        for pid in trainer.pool.pids:
+        for pid in trainer.loop.batches.pool.pids:
             seen.append(_identity(psutil.Process(pid)))
         if len(calls) == 2:
             raise LearnerBroke("learner failed on purpose")

@@ -1,11 +1,11 @@
 """Weight sync, policy lag and determinism of real Trainer runs (N = 1 and N = 2).
 
-Each test builds an ``alf_async.trainer.Trainer`` in this process (gin cleared,
+Each test builds an ``alf_async.training.trainer.Trainer`` in this process (gin cleared,
 tiny sizes) and reads the run's ``metrics.jsonl``. It proves that
 
 - every batch is stamped with one policy version (``behaviour_version``), and the
   parameters the actor used (``behaviour_digest``) equal the parameters the
-  learner published as that version (``trainer.published_digests``);
+  learner published as that version (``trainer.loop.batches.published_digests``);
 - stronger: every step of every trained batch was acted by exactly that version.
   The log-probs and values the actor recorded are recomputed from the published
   weights of ``behaviour_version`` and match, and do not match the neighbouring
@@ -45,7 +45,7 @@ from alf_async.settings import TrainerSettings
 from scripted_policy import ScriptedPolicy
 from alf_async.utils.shared_memory import list_blocks
 from alf_async.runtime.weight_store import WeightStore, weights_digest
-from alf_async.trainer import Trainer
+from alf_async.training.trainer import Trainer
 
 ENV = "InvertedPendulumBulletEnv-v0"
 NUM_ENVS = 2
@@ -163,17 +163,17 @@ def check_versions_and_digests(run: Run, num_iterations: int) -> None:
     assert [m["iteration"] for m in metrics] == list(range(1, num_iterations + 1))
     # One publication per learner iteration (plus the initial weights, version 0),
     # and each one holds new weights.
-    assert sorted(trainer.published_digests) == list(range(num_iterations + 1))
-    assert len(set(trainer.published_digests.values())) == num_iterations + 1
+    assert sorted(trainer.loop.batches.published_digests) == list(range(num_iterations + 1))
+    assert len(set(trainer.loop.batches.published_digests.values())) == num_iterations + 1
     for m in metrics:
         version = m["behaviour_version"]
         assert isinstance(version, int)
         assert 0 <= version <= m["iteration"] - 1, m
-        assert m["behaviour_digest"] == trainer.published_digests[version], m
+        assert m["behaviour_digest"] == trainer.loop.batches.published_digests[version], m
         assert m["lag"] == m["iteration"] - 1 - version, m
     if run.published:
         for version, arrays in run.published.items():
-            assert weights_digest(arrays) == trainer.published_digests[version]
+            assert weights_digest(arrays) == trainer.loop.batches.published_digests[version]
 
 
 def check_batches_acted_by_their_version(run: Run) -> None:
@@ -244,7 +244,7 @@ def test_one_actor_fixed_seed_is_deterministic(tmp_path):
     assert all(m["episode_return"] is not None for m in a)
     for i, (x, y) in enumerate(zip(a, b)):
         assert x == y, f"iteration {i + 1} differs:\n{x}\n{y}"
-    assert first.trainer.published_digests == second.trainer.published_digests
+    assert first.trainer.loop.batches.published_digests == second.trainer.loop.batches.published_digests
     # The actor running in the learner's process produces the same run.
     inprocess = run_trainer(tmp_path / "c", num_iterations=n, seed=11, backend="inprocess")
     assert _run_fingerprint(inprocess.metrics) == a

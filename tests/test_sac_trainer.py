@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from alf_async.checkpoint import load_checkpoint_file
-from alf_async.off_policy_trainer import OffPolicyTrainer
+from alf_async.training.trainer import Trainer
 from alf_async.settings import ReplaySettings, TrainerSettings
 from alf_async.utils.validation import ConfigError
 from reliability_helpers import checkpoint_files, read_metrics
@@ -46,8 +46,8 @@ def settings(env: str = FAST_ENV, **overrides) -> TrainerSettings:
     return TrainerSettings(**base)
 
 
-def train(root, s: TrainerSettings, replay: ReplaySettings) -> OffPolicyTrainer:
-    trainer = OffPolicyTrainer(str(root), s, replay=replay)
+def train(root, s: TrainerSettings, replay: ReplaySettings) -> Trainer:
+    trainer = Trainer(str(root), s, replay=replay)
     trainer.train()
     return trainer
 
@@ -149,7 +149,7 @@ def test_a_dead_actor_is_restarted_and_the_ratio_still_holds(tmp_path, monkeypat
                  max_actor_restarts=2, slots_per_actor=2, num_actors=2)
     trainer = train(tmp_path / "run", s, replay)
     assert (tmp_path / "exited").exists()
-    assert trainer.pool.stats().restarts == 1
+    assert trainer.loop.batches.pool.stats().restarts == 1
     env_steps, grads = trainer.counters["env_steps"], trainer.learner.gradient_steps
     assert env_steps >= 1600 and grads == env_steps - 64
     rows = read_metrics(str(tmp_path / "run"))
@@ -162,11 +162,11 @@ def test_impossible_replay_settings_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="Replay.env_steps_per_gradient_step"):
         ReplaySettings(env_steps_per_gradient_step=0.0)
     with pytest.raises(ConfigError, match=r"replay buffer would need .* Replay.max_replay"):
-        OffPolicyTrainer(str(tmp_path / "run"), settings(),
-                         replay=ReplaySettings(capacity=10 ** 9, max_replay_memory_gb=1.0))
+        Trainer(str(tmp_path / "run"), settings(),
+                replay=ReplaySettings(capacity=10 ** 9, max_replay_memory_gb=1.0))
     with pytest.raises(ConfigError, match="continuous"):
-        OffPolicyTrainer(str(tmp_path / "run2"), settings(env_name="CartPole-v1"),
-                         replay=ReplaySettings())
+        Trainer(str(tmp_path / "run2"), settings(env_name="CartPole-v1"),
+                replay=ReplaySettings())
 
 
 def test_the_async_sac_config_trains_logs_and_plays_from_the_command(tmp_path, train_cmd):

@@ -51,7 +51,7 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     from alf_async.config import ConfigError, parse_config
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
-    from alf_async.trainers import make_trainer
+    from alf_async.training.trainer import Trainer
 
     root_dir = os.path.abspath(root_dir)
     problem = _root_dir_problem(root_dir)
@@ -70,7 +70,7 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     except ConfigError as e:
         return user_error(str(e))
     try:
-        trainer = make_trainer(root_dir=root_dir)
+        trainer = Trainer(root_dir=root_dir)
     except (ConfigError, ValueError, TypeError) as e:
         return user_error(str(e).strip())
     setup_logging(root_dir)

@@ -15,7 +15,7 @@ import os
 import gin
 
 from alf_async.config import parse_config
-from alf_async.trainer import Trainer
+from alf_async.training.trainer import Trainer
 
 
 def main() -> None:

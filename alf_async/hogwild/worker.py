@@ -242,7 +242,7 @@ def worker_process_main(launch: WorkerLaunch, conn) -> None:
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):
         pass
     except BaseException as e:  # report every failure with its traceback
-        from alf_async.envs.batched_env import EnvError
+        from alf_async.envs.env_errors import EnvError
 
         try:
             conn.send(messages.WorkerFailed(w, gen, traceback.format_exc(), worker is not None,

@@ -28,7 +28,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_async.config import gin_imports
-from alf_async.envs.batched_env import BatchedEnv, EnvError
+from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.weight_store import weights_digest

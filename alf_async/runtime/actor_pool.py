@@ -20,6 +20,9 @@ Ray actor per actor, on any node of a Ray cluster). Every pool keeps the same co
 lag <= N - 1 with one slot per actor (runtime.scheduler), failed actors restarted
 up to ``max_actor_restarts`` (then ``ActorPoolError``), every child process and
 shared-memory block released by ``close()`` on every path.
+
+This module is the interface and the helpers the pools share; it imports no
+pool. ``make_actor_pool`` (runtime.pool_factory) builds the pool of a run.
 """
 
 from __future__ import annotations
@@ -31,8 +34,6 @@ from typing import Callable, Dict, List, Mapping, Optional, Protocol, Tuple, Typ
 import numpy as np
 
 from alf_async.runtime.messages import BatchReady
-from alf_async.runtime.policy import PolicyFactory
-from alf_async.settings import TrainerSettings
 
 
 class ActorPoolError(RuntimeError):
@@ -137,25 +138,3 @@ class ActorPool(Protocol):
 
     def close(self) -> None:
         """Stop every actor and release all shared resources. Safe to call twice."""
-
-
-def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
-                    example_weights: Mapping[str, np.ndarray], observation_dim: int,
-                    action_dim: int, gin_config: str = "", epoch: int = 0) -> ActorPool:
-    """The pool of ``settings.backend`` ("process", "inprocess" or "ray")."""
-    if settings.backend == "inprocess":
-        from alf_async.runtime.inprocess_pool import InProcessActorPool
-
-        from alf_async.config import gin_imports
-
-        return InProcessActorPool(settings, policy_factory, observation_dim, action_dim,
-                                  epoch=epoch, env_modules=gin_imports(gin_config))
-    if settings.backend == "ray":
-        from alf_async.runtime.ray_pool import RayActorPool
-
-        return RayActorPool(settings, policy_factory, observation_dim, action_dim,
-                            gin_config=gin_config, epoch=epoch)
-    from alf_async.runtime.process_pool import ProcessActorPool
-
-    return ProcessActorPool(settings, policy_factory, example_weights, observation_dim,
-                            action_dim, gin_config=gin_config, epoch=epoch)

@@ -24,155 +24,37 @@ killed and restarted too.
 An actor starts with the weights of the version current when its slot is handed
 out (at ``release``), which with one slot per actor is the newest version, as
 in the process pool.
+
+The Ray actor itself is runtime.ray_actor (``_RayActor``); importing Ray, the
+connection and the placement are runtime.ray_cluster (``RayConnection``, which
+the pool holds as ``cluster``). This module keeps the pool's batch bookkeeping.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from alf_async.config import gin_imports
-from alf_async.envs.batched_env import EnvError
+from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
-from alf_async.runtime.actor import (HEARTBEAT_INTERVAL_S, Actor, build_policy_factory,
-                                    shorten_failures)
+from alf_async.runtime.actor import HEARTBEAT_INTERVAL_S
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
                                          check_restart_allowed, last_line, wait_for_batch)
 from alf_async.runtime.policy import PolicyFactory
+from alf_async.runtime.ray_actor import RayActorLaunch, _RayActor
+from alf_async.runtime.ray_cluster import (RayConnection, _collect_stopped,
+                                          _describe_ray_error, _wait_for_exit)
 from alf_async.runtime.scheduler import LagScheduler
-from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import RayBackendSettings, TrainerSettings
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")
-
-# Ray decides a node's address from its default route unless told otherwise; a
-# local instance started for one run serves this machine only, so it listens on
-# loopback (Ray's switch for that is this variable, read when ray is imported).
-_LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-# Ray runs its workers at nice 15 by default; on the learner's own machine the
-# actors then starve whenever the learner (nice 0) trains. A local instance runs
-# them at the learner's priority, as the process backend does.
-_WORKER_NICENESS = "RAY_worker_niceness"
-
-
-def import_ray(local_instance: bool):
-    """``import ray``; for a local instance, first make it bind to loopback and
-    run its workers at normal priority (both read by Ray from the environment)."""
-    if local_instance:
-        os.environ.setdefault(_WORKER_NICENESS, "0")
-        if "ray" not in sys.modules:
-            os.environ.setdefault(_LOOPBACK_SWITCH, "0")
-    import ray
-
-    return ray
-
-
-@dataclass
-class RayActorLaunch:
-    """What a Ray actor is constructed with (plain values and bytes, so that
-    Ray can deserialize it before the user's modules are importable).
-
-    Attributes:
-        actor_id, generation, epoch: see ``runtime.actor.Actor``.
-        settings: the run's settings.
-        policy_factory: the policy factory, pickled; unpickled after
-            ``sys_path`` is in place (it may live in the user's modules).
-        gin_config: bindings parsed before the policy is built.
-        sys_path: the driver's ``sys.path``; entries that exist on the actor's
-            node are added to its own (user env modules, a project's folder).
-    """
-
-    actor_id: int
-    generation: int
-    epoch: int
-    settings: TrainerSettings
-    policy_factory: bytes
-    gin_config: str
-    sys_path: List[str]
-
-
-class _UnrollStopped(Exception):
-    """Raised inside an unroll that ``close()`` asked to stop."""
-
-
-class _RayActor:
-    """The body of a Ray actor: one ``Actor`` and a private trajectory buffer.
-
-    ``unroll`` runs on the actor's default thread; ``seconds_since_progress``
-    and ``close`` run on its "control" thread, so they are answered mid-unroll.
-    ``close`` asks a running unroll to stop at its next step and waits for it
-    before closing the envs (their pipes are not shared between threads).
-    """
-
-    def __init__(self, launch: RayActorLaunch):
-        for entry in reversed(launch.sys_path):
-            if entry not in sys.path and os.path.isdir(entry):
-                sys.path.insert(0, entry)
-        sweep_stale_blocks()  # blocks of actors killed on this node before
-        s = launch.settings
-        self._stop = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._last_progress = time.monotonic()
-        self._idle_since = time.perf_counter()
-        self.actor = Actor(launch.actor_id, s, build_policy_factory(
-            launch.policy_factory, launch.gin_config), launch.epoch, launch.generation,
-            env_modules=gin_imports(launch.gin_config))
-        self.buffer = allocate_trajectory(s.unroll_length, s.num_envs,
-                                          self.actor.env.observation_dim,
-                                          self.actor.env.action_spec.dim,
-                                          next_observation=s.off_policy)
-
-    def ready(self) -> Tuple[int, List[int], str]:
-        """(pid, env-worker pids, node id), once the envs are built."""
-        import ray
-
-        return os.getpid(), list(self.actor.env.worker_pids), \
-            ray.get_runtime_context().get_node_id()
-
-    def _progress(self) -> None:
-        if self._stop.is_set():
-            raise _UnrollStopped("the pool is closing")
-        self._last_progress = time.monotonic()
-
-    def unroll(self, slot: int, version: int, weights: Mapping[str, np.ndarray],
-               reseed_epoch: Optional[int]) -> Tuple[messages.BatchReady, Dict[str, np.ndarray]]:
-        """Unroll T steps with weights ``version`` (loaded if newer than held)."""
-        self._idle.clear()
-        try:
-            self._progress()
-            if reseed_epoch is not None:
-                self.actor.reseed(reseed_epoch)
-            if version > self.actor.version:
-                self.actor.load_weights(version, weights)
-            wait_s = time.perf_counter() - self._idle_since
-            record = self.actor.unroll(self.buffer, on_step=self._progress)
-            shorten_failures(record)
-            message = self.actor.batch_message(slot, wait_s, record)
-            self._idle_since = time.perf_counter()
-            return message, self.buffer  # copied into the object store by Ray
-        finally:
-            self._idle.set()
-
-    def seconds_since_progress(self) -> float:
-        """Seconds since the unroll last stepped (answered mid-unroll)."""
-        return time.monotonic() - self._last_progress
-
-    def close(self, wait_s: float = 5.0) -> None:
-        """Stop a running unroll, then the env workers (their shared memory freed)."""
-        self._stop.set()
-        self._idle.wait(wait_s)
-        self.actor.close()
 
 
 @dataclass
@@ -233,116 +115,26 @@ class RayActorPool:
         self._calls: Dict[Any, _Call] = {}  # object ref -> call
         self._arrived: Dict[int, Dict[str, np.ndarray]] = {}  # slot -> arrays
         self._weights: Optional[Tuple[int, Any, int]] = None  # (version, ref, nbytes)
-        self._placement_group = None
         self._started = False
         self._closed = False
         self._trajectory_bytes = None
         self._weights_fetched: set = set()  # (node id, version) pairs counted
-        self.ray = import_ray(local_instance=rs.address is None and not self._connected())
-        self._owns_ray = False
-        self._connect()
+        self.cluster = RayConnection(settings, rs)
+        self.ray = self.cluster.ray
         try:
             # "control": progress questions and close, answered mid-unroll.
             self._remote_class = self.ray.remote(
                 concurrency_groups={"control": 1})(_RayActor)
-            self._make_placement()
+            self.cluster.make_placement()
         except BaseException:
             self.close()
             raise
 
-    # -- connection -------------------------------------------------------------
-    @staticmethod
-    def _connected() -> bool:
-        ray = sys.modules.get("ray")
-        return bool(ray is not None and ray.is_initialized())
-
-    def _connect(self) -> None:
-        ray, rs = self.ray, self.ray_settings
-        if ray.is_initialized():
-            return  # the user (or a test) connected this driver already
-        kwargs: Dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-        if rs.address is None:
-            # "local": a new instance even where RAY_ADDRESS names a cluster.
-            kwargs.update(address="local", include_dashboard=False,
-                          num_cpus=rs.num_cpus or self._local_cpus(),
-                          _node_ip_address="127.0.0.1")
-            if rs.object_store_memory_mb:
-                kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
-        else:
-            kwargs["address"] = rs.address
-        # ray.init installs a SIGTERM handler that exits at once; the run's own
-        # (a final checkpoint, exit 143) stays in charge.
-        sigterm_handler = signal.getsignal(signal.SIGTERM)
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            where = "a local Ray instance" if rs.address is None else \
-                f"the Ray cluster at RayBackend.address={rs.address!r}"
-            raise ActorStartupError(f"could not start or reach {where}: "
-                                    f"{last_line(e)}") from None
-        finally:
-            if threading.current_thread() is threading.main_thread() \
-                    and sigterm_handler is not None:
-                signal.signal(signal.SIGTERM, sigterm_handler)
-        self._owns_ray = True
-        logger.info("Ray: %s, %d node(s), %s CPUs", "local instance started"
-                    if rs.address is None else f"connected to {rs.address}",
-                    len([n for n in ray.nodes() if n.get("Alive")]),
-                    ray.cluster_resources().get("CPU", 0))
-
-    def _local_cpus(self) -> int:
-        """Logical CPUs of a local instance: the machine's, or enough for all N
-        actors' reservations if more (on one machine the actors share its cores,
-        as actor processes of the process backend do)."""
-        needed = self.settings.num_actors * self.ray_settings.actor_cpus(
-            self.settings.num_env_workers)
-        return max(os.cpu_count() or 1, int(-(-needed // 1)))
-
-    def _make_placement(self) -> None:
-        """PACK: a placement group with one bundle per actor."""
-        if self.ray_settings.placement_strategy != "PACK":
-            return
-        from ray.util.placement_group import placement_group
-
-        bundles = [self._actor_resources() for _ in range(self.settings.num_actors)]
-        self._placement_group = placement_group(bundles, strategy="PACK")
-        if not self._wait([self._placement_group.ready()], self.ray_settings.connect_timeout_s):
-            raise ActorStartupError(
-                f"the Ray cluster could not place {self.settings.num_actors} actors of "
-                f"{bundles[0]} within RayBackend.connect_timeout_s="
-                f"{self.ray_settings.connect_timeout_s:g} s (cluster resources: "
-                f"{self.ray.cluster_resources()})")
-
-    def _wait(self, refs: Sequence[Any], timeout: float) -> bool:
-        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-        return len(ready) == len(refs)
-
-    def _actor_resources(self) -> Dict[str, float]:
-        resources = {"CPU": self.ray_settings.actor_cpus(self.settings.num_env_workers)}
-        resources.update(self.ray_settings.resources_per_actor)
-        return resources
-
     # -- actors -----------------------------------------------------------------
-    def _actor_options(self, actor_id: int) -> Dict[str, Any]:
-        rs = self.ray_settings
-        options: Dict[str, Any] = {
-            "num_cpus": rs.actor_cpus(self.settings.num_env_workers),
-            "resources": dict(rs.resources_per_actor),
-            "name": None, "max_restarts": 0, "max_task_retries": 0,
-        }
-        if self._placement_group is not None:
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                self._placement_group, placement_group_bundle_index=actor_id)
-        else:
-            options["scheduling_strategy"] = "SPREAD"
-        return options
-
     def _spawn(self, actor_id: int, generation: int) -> None:
         launch = RayActorLaunch(actor_id, generation, self.epoch, self.settings,
                                 self._policy_factory, self.gin_config, list(sys.path))
-        remote = self._remote_class.options(**self._actor_options(actor_id)).remote(launch)
+        remote = self._remote_class.options(**self.cluster.actor_options(actor_id)).remote(launch)
         handle = _Handle(actor_id, generation, remote, remote.ready.remote())
         self._handles[actor_id] = handle
         first = actor_id * self.settings.slots_per_actor
@@ -381,7 +173,7 @@ class RayActorPool:
                 late = [h.actor_id for h in self._handles.values() if not h.ready]
                 raise ActorStartupError(
                     f"Ray actors {late} were not ready within {limit_s:.0f} s: the cluster may "
-                    f"lack {self._actor_resources()} per actor (cluster resources: "
+                    f"lack {self.cluster.actor_resources()} per actor (cluster resources: "
                     f"{self.ray.cluster_resources()})")
             self._poll(1.0)
         self._started = True
@@ -454,7 +246,7 @@ class RayActorPool:
             if not handle.ready and now - handle.spawned_at > limit_s:
                 raise ActorPoolError(
                     f"Ray actor {handle.actor_id} was not ready {limit_s:.0f} s after it was "
-                    f"started: the cluster may lack {self._actor_resources()} for it "
+                    f"started: the cluster may lack {self.cluster.actor_resources()} for it "
                     f"(available: {self.ray.available_resources()}); stopping the run")
 
     def _probe_hung_actors(self) -> None:
@@ -611,58 +403,5 @@ class RayActorPool:
         _wait_for_exit([p for h in handles for p in ((h.pid,) if h.pid else ())], 10.0)
         self._handles, self._calls, self._arrived = {}, {}, {}
         self._weights = None
-        if self._placement_group is not None:
-            try:
-                from ray.util.placement_group import remove_placement_group
-
-                remove_placement_group(self._placement_group)
-            except Exception:  # noqa: BLE001
-                pass
-        if self._owns_ray:
-            ray.shutdown()
+        self.cluster.close()
         sweep_stale_blocks()
-
-
-def _collect_stopped(ray, refs: Sequence[Any]) -> None:
-    """Take the answers of unroll calls that ``close`` stopped, so Ray does not
-    log their ``_UnrollStopped`` as an unhandled error when the refs are freed."""
-    if not refs:
-        return
-    try:
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
-    except Exception:  # noqa: BLE001
-        return
-    for ref in done:
-        try:
-            ray.get(ref, timeout=0)
-        except Exception:  # noqa: BLE001 - stopped or failed: either way, done with
-            pass
-
-
-def _wait_for_exit(pids: Sequence[int], timeout_s: float) -> bool:
-    """Wait until the Ray actor processes ``pids`` that run on this machine have
-    exited (``ray.kill`` returns before they have); True if none is left."""
-    import psutil
-
-    def local_actor(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).name().startswith("ray::") or any(
-                "ray::" in part for part in psutil.Process(pid).cmdline()[:1])
-        except psutil.Error:
-            return False
-
-    deadline = time.monotonic() + timeout_s
-    left = [p for p in pids if local_actor(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in left if local_actor(p)]
-    return not left
-
-
-def _describe_ray_error(error: Exception) -> str:
-    """A Ray error as the user needs it: the actor's traceback, or why it died."""
-    cause = getattr(error, "cause", None)
-    if cause is not None and not isinstance(cause, type(error)):
-        text = str(error)
-        return text[-4000:]
-    return f"{type(error).__name__}: {last_line(str(error))}"

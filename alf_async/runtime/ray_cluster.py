@@ -1,0 +1,217 @@
+"""Ray below the pool's bookkeeping: importing Ray, connecting to (or starting) a
+Ray instance, placing the actors on the cluster, and reading Ray's answers when
+actors fail or stop.
+
+- ``import_ray``: ``import ray``, with the loopback and worker-niceness switches
+  of a local instance set first;
+- ``RayConnection``: held by ``RayActorPool`` (runtime.ray_pool); owns the
+  connection and the placement: ``ray.init`` (a local instance, or the cluster at
+  ``RayBackend.address``), the PACK placement group or SPREAD scheduling, the
+  resources each actor reserves;
+- ``_describe_ray_error``, ``_wait_for_exit``, ``_collect_stopped``: a Ray error as
+  the user needs it, waiting for killed actor processes, the answers of stopped calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, Sequence
+
+from alf_async.runtime.actor_pool import ActorStartupError, last_line
+from alf_async.settings import RayBackendSettings, TrainerSettings
+
+logger = logging.getLogger("alf_async")
+
+
+# Ray decides a node's address from its default route unless told otherwise; a
+# local instance started for one run serves this machine only, so it listens on
+# loopback (Ray's switch for that is this variable, read when ray is imported).
+_LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray runs its workers at nice 15 by default; on the learner's own machine the
+# actors then starve whenever the learner (nice 0) trains. A local instance runs
+# them at the learner's priority, as the process backend does.
+_WORKER_NICENESS = "RAY_worker_niceness"
+
+
+def import_ray(local_instance: bool):
+    """``import ray``; for a local instance, first make it bind to loopback and
+    run its workers at normal priority (both read by Ray from the environment)."""
+    if local_instance:
+        os.environ.setdefault(_WORKER_NICENESS, "0")
+        if "ray" not in sys.modules:
+            os.environ.setdefault(_LOOPBACK_SWITCH, "0")
+    import ray
+
+    return ray
+
+
+class RayConnection:
+    """This driver's Ray, for ``RayActorPool``: connected (or a local instance
+    started) when built, the actors' placement (a PACK placement group, or SPREAD
+    scheduling) and the resources each actor reserves; ``close`` removes the
+    placement group and shuts Ray down if this driver started or joined it.
+
+    Args:
+        settings: the run's settings (N, W).
+        ray_settings: the cluster and placement (``RayBackend.*``).
+    """
+
+    def __init__(self, settings: TrainerSettings, ray_settings: RayBackendSettings):
+        self.settings, self.ray_settings = settings, ray_settings
+        self._placement_group: Any = None
+        self._owns_ray = False
+        self.ray = import_ray(local_instance=ray_settings.address is None
+                              and not self._connected())
+        self._connect()
+
+    # -- connection -------------------------------------------------------------
+    @staticmethod
+    def _connected() -> bool:
+        ray = sys.modules.get("ray")
+        return bool(ray is not None and ray.is_initialized())
+
+    def _connect(self) -> None:
+        ray, rs = self.ray, self.ray_settings
+        if ray.is_initialized():
+            return  # the user (or a test) connected this driver already
+        kwargs: Dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
+        if rs.address is None:
+            # "local": a new instance even where RAY_ADDRESS names a cluster.
+            kwargs.update(address="local", include_dashboard=False,
+                          num_cpus=rs.num_cpus or self._local_cpus(),
+                          _node_ip_address="127.0.0.1")
+            if rs.object_store_memory_mb:
+                kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
+        else:
+            kwargs["address"] = rs.address
+        # ray.init installs a SIGTERM handler that exits at once; the run's own
+        # (a final checkpoint, exit 143) stays in charge.
+        sigterm_handler = signal.getsignal(signal.SIGTERM)
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = "a local Ray instance" if rs.address is None else \
+                f"the Ray cluster at RayBackend.address={rs.address!r}"
+            raise ActorStartupError(f"could not start or reach {where}: "
+                                    f"{last_line(e)}") from None
+        finally:
+            if threading.current_thread() is threading.main_thread() \
+                    and sigterm_handler is not None:
+                signal.signal(signal.SIGTERM, sigterm_handler)
+        self._owns_ray = True
+        logger.info("Ray: %s, %d node(s), %s CPUs", "local instance started"
+                    if rs.address is None else f"connected to {rs.address}",
+                    len([n for n in ray.nodes() if n.get("Alive")]),
+                    ray.cluster_resources().get("CPU", 0))
+
+    def _local_cpus(self) -> int:
+        """Logical CPUs of a local instance: the machine's, or enough for all N
+        actors' reservations if more (on one machine the actors share its cores,
+        as actor processes of the process backend do)."""
+        needed = self.settings.num_actors * self.ray_settings.actor_cpus(
+            self.settings.num_env_workers)
+        return max(os.cpu_count() or 1, int(-(-needed // 1)))
+
+    def make_placement(self) -> None:
+        """PACK: a placement group with one bundle per actor."""
+        if self.ray_settings.placement_strategy != "PACK":
+            return
+        from ray.util.placement_group import placement_group
+
+        bundles = [self.actor_resources() for _ in range(self.settings.num_actors)]
+        self._placement_group = placement_group(bundles, strategy="PACK")
+        if not self.wait([self._placement_group.ready()], self.ray_settings.connect_timeout_s):
+            raise ActorStartupError(
+                f"the Ray cluster could not place {self.settings.num_actors} actors of "
+                f"{bundles[0]} within RayBackend.connect_timeout_s="
+                f"{self.ray_settings.connect_timeout_s:g} s (cluster resources: "
+                f"{self.ray.cluster_resources()})")
+
+    def wait(self, refs: Sequence[Any], timeout: float) -> bool:
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        return len(ready) == len(refs)
+
+    def actor_resources(self) -> Dict[str, float]:
+        resources = {"CPU": self.ray_settings.actor_cpus(self.settings.num_env_workers)}
+        resources.update(self.ray_settings.resources_per_actor)
+        return resources
+
+    def actor_options(self, actor_id: int) -> Dict[str, Any]:
+        rs = self.ray_settings
+        options: Dict[str, Any] = {
+            "num_cpus": rs.actor_cpus(self.settings.num_env_workers),
+            "resources": dict(rs.resources_per_actor),
+            "name": None, "max_restarts": 0, "max_task_retries": 0,
+        }
+        if self._placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                self._placement_group, placement_group_bundle_index=actor_id)
+        else:
+            options["scheduling_strategy"] = "SPREAD"
+        return options
+
+    def close(self) -> None:
+        """Remove the placement group; shut Ray down if this driver started it."""
+        if self._placement_group is not None:
+            try:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self._placement_group)
+            except Exception:  # noqa: BLE001
+                pass
+            self._placement_group = None
+        if self._owns_ray:
+            self._owns_ray = False
+            self.ray.shutdown()
+
+
+def _collect_stopped(ray, refs: Sequence[Any]) -> None:
+    """Take the answers of unroll calls that ``close`` stopped, so Ray does not
+    log their ``_UnrollStopped`` as an unhandled error when the refs are freed."""
+    if not refs:
+        return
+    try:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
+    except Exception:  # noqa: BLE001
+        return
+    for ref in done:
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - stopped or failed: either way, done with
+            pass
+
+
+def _wait_for_exit(pids: Sequence[int], timeout_s: float) -> bool:
+    """Wait until the Ray actor processes ``pids`` that run on this machine have
+    exited (``ray.kill`` returns before they have); True if none is left."""
+    import psutil
+
+    def local_actor(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).name().startswith("ray::") or any(
+                "ray::" in part for part in psutil.Process(pid).cmdline()[:1])
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in pids if local_actor(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if local_actor(p)]
+    return not left
+
+
+def _describe_ray_error(error: Exception) -> str:
+    """A Ray error as the user needs it: the actor's traceback, or why it died."""
+    cause = getattr(error, "cause", None)
+    if cause is not None and not isinstance(cause, type(error)):
+        text = str(error)
+        return text[-4000:]
+    return f"{type(error).__name__}: {last_line(str(error))}"

@@ -1,0 +1,115 @@
+"""The actor pool as the on- and off-policy loops use it.
+
+``ActorBatches`` starts the pool of ``Trainer.backend`` with the learner's first
+weights, publishes versioned weights (remembering each version's digest, which
+the runtime tests compare with what actors report), counts env failures, and
+turns a received batch into the run's ``IterationRecord`` (T, EPS, the time
+split, lag, pool counters).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from alf_async.metrics import IterationRecord, log_env_failures
+from alf_async.runtime.actor_pool import ActorPool
+from alf_async.runtime.messages import BatchReady
+from alf_async.runtime.policy import PolicyFactory
+from alf_async.runtime.pool_factory import make_actor_pool
+from alf_async.runtime.weight_store import weights_digest
+from alf_async.settings import TrainerSettings
+from alf_async.training.loop import RunContext
+from alf_async.utils.process import seconds_since_process_start
+
+logger = logging.getLogger("alf_async")
+
+
+class ActorBatches:
+    """The actor pool of a run and the bookkeeping around its batches: the
+    ``learner``'s ``weight_arrays()`` are published to actors running
+    ``policy_factory``'s policy; O and A size the trajectory slots."""
+
+    def __init__(self, settings: TrainerSettings, learner: Any,
+                 policy_factory: PolicyFactory, observation_dim: int, action_dim: int):
+        self.settings, self.learner, self.policy_factory = settings, learner, policy_factory
+        self.observation_dim, self.action_dim = observation_dim, action_dim
+        self.pool: Optional[ActorPool] = None
+        self.published_digests: Dict[int, int] = {}  # version -> weights digest
+        self.env_failures = 0
+        self.dropped_stale_batches = 0  # by Trainer.max_lag
+        self.dropped_stale_env_steps = 0
+        self._bytes_moved_before = 0  # the pool's bytes_moved at the previous record
+
+    def start(self, run: RunContext, version: int, build_optimizer: Callable[[], Any]) -> None:
+        """Create the pool, publish weights ``version`` and start every actor; the
+        learner's optimizer is built (~1 s of imports) while the actors start."""
+        s = self.settings
+        self.pool = make_actor_pool(s, self.policy_factory, self.learner.weight_arrays(),
+                                    self.observation_dim, self.action_dim, run.gin_config,
+                                    epoch=int(run.counters["iteration"]))
+        self.publish(version)
+        logger.info("starting %d actor(s) x %d envs (%s backend, %d env workers each), "
+                    "unroll_length %d%s", s.num_actors, s.num_envs, s.backend,
+                    s.num_env_workers, s.unroll_length, ", resumed" if run.resumed else "")
+        optimizer_ready = threading.Thread(target=build_optimizer, daemon=True,
+                                           name="alf_async-build-optimizer")
+        optimizer_ready.start()
+        self.pool.start()
+        optimizer_ready.join()
+        run.startup_s = seconds_since_process_start()
+        logger.info("start-up took %.1f s (launch of this process until every actor was "
+                    "ready to unroll)", run.startup_s)
+
+    def publish(self, version: int) -> None:
+        """Publish the learner's current weights as ``version``."""
+        arrays = self.learner.weight_arrays()
+        self.pool.publish_weights(arrays, version)
+        self.published_digests[version] = weights_digest(arrays)
+
+    def received(self, run: RunContext, message: BatchReady) -> None:
+        """Count a batch that is used (trained on or stored): counters, episodes,
+        env failures (logged)."""
+        c, u = run.counters, message.unroll
+        c["env_steps"] += u.env_steps
+        c["episodes"] += len(u.episodes)
+        self.env_failures += log_env_failures(message, self.settings.env_name)
+        run.metrics.add_episodes(u.episodes)
+
+    def drop_stale(self, counters: Dict[str, float], message: BatchReady) -> bool:
+        """Release untrained a batch older than ``Trainer.max_lag`` versions."""
+        lag = int(counters["iteration"]) - message.version
+        if self.settings.max_lag is None or lag <= self.settings.max_lag:
+            return False
+        self.pool.release(message)
+        self.dropped_stale_batches += 1
+        self.dropped_stale_env_steps += message.unroll.env_steps
+        return True
+
+    def record(self, run: RunContext, message: BatchReady, stats: Dict[str, float],
+               version: int, T: float, learner_wait_s: float,
+               learner_train_s: float) -> IterationRecord:
+        """Record the metrics row of ``message`` (``version``: the learner's
+        version when it took the batch; T: seconds since the previous row)."""
+        u = message.unroll
+        pool = self.pool.stats()
+        bytes_moved = pool.bytes_moved - self._bytes_moved_before
+        self._bytes_moved_before = pool.bytes_moved
+        return run.record(
+            T, u.env_steps, learner_train_s=learner_train_s, learner_wait_s=learner_wait_s,
+            actor_id=message.actor_id, actor_unroll_s=u.unroll_s,
+            actor_wait_s=message.wait_s, actor_inference_s=u.inference_s,
+            actor_env_s=u.env_s, queue_length=pool.queue_length,
+            behaviour_version=message.version, behaviour_digest=message.weights_digest,
+            lag=version - message.version, episodes_finished=len(u.episodes),
+            actor_restarts=pool.restarts, env_failures=self.env_failures,
+            dropped_batches=pool.dropped_batches + self.dropped_stale_batches,
+            dropped_env_steps=self.dropped_stale_env_steps,
+            actor_node=pool.actor_nodes.get(message.actor_id, ""), bytes_moved=bytes_moved,
+            learner=dict(stats))
+
+    def close(self) -> None:
+        """Stop every actor and release the pool's shared memory (twice is safe)."""
+        if self.pool is not None:
+            self.pool.close()

@@ -1,0 +1,96 @@
+"""The parts a run is assembled from, chosen by ``Trainer.algorithm`` and
+``Trainer.runtime``.
+
+| algorithm \\ runtime | "actor_learner"                     | "hogwild"    |
+|---------------------|-------------------------------------|--------------|
+| "ppo"               | PPOLearner + OnPolicyLoop           | PPOLearner + HogwildLoop |
+| "sac"               | SACLearner + OffPolicyLoop (replay) | SACLearner + HogwildLoop |
+
+All of it runs before a file is written or a process starts: the env's spaces
+read (a bad env id is a ``ConfigError``), memory and /dev/shm checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Tuple
+
+import torch
+
+from alf_async.algorithms.policy import NeuralPolicy
+from alf_async.algorithms.ppo_learner import PPOLearner
+from alf_async.algorithms.sac_learner import SACLearner
+from alf_async.algorithms.sac_policy import SACPolicy
+from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec
+from alf_async.envs.spaces import ActionSpec, UnsupportedSpaceError
+from alf_async.resources import check_replay_memory, check_resources
+from alf_async.runtime.policy import PolicyFactory
+from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
+from alf_async.training.hogwild_loop import HogwildLoop
+from alf_async.training.loop import TrainingLoop
+from alf_async.training.off_policy import OffPolicyLoop
+from alf_async.training.on_policy import OnPolicyLoop
+from alf_async.utils.validation import ConfigError
+
+
+class RunParts(NamedTuple):
+    """A run's learner and loop; O (flat observation size), the env's actions and
+    the replay settings (None for PPO) they were built for."""
+
+    learner: Any
+    loop: TrainingLoop
+    observation_dim: int
+    action_spec: ActionSpec
+    replay: Optional[ReplaySettings]
+
+
+def read_env_spec(s: TrainerSettings) -> Tuple[int, ActionSpec]:
+    """(observation_dim, action_spec) of ``Trainer.env_name``, or a ``ConfigError``."""
+    try:
+        observation_dim, action_spec, _ = env_spec(s.env_name, s.max_episode_steps,
+                                                   s.time_feature)
+    except (UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
+        raise ConfigError(str(e)) from None
+    except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
+        raise ConfigError(f"the env {s.env_name!r} cannot be created: "
+                          f"{type(e).__name__}: {e}") from None
+    return observation_dim, action_spec
+
+
+def make_learner(settings: TrainerSettings, observation_dim: int,
+                 action_spec: ActionSpec) -> Any:
+    """The learner of ``settings.algorithm`` (its batch sizes checked for PPO)."""
+    if settings.off_policy:
+        return SACLearner(observation_dim, action_spec, seed=settings.seed)
+    learner = PPOLearner(observation_dim, action_spec, seed=settings.seed)
+    try:
+        learner.check_batch_size(settings.unroll_length, settings.num_envs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return learner
+
+
+def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactory] = None,
+                replay: Optional[ReplaySettings] = None,
+                hogwild: Optional[HogwildSettings] = None) -> RunParts:
+    """Check the run's resources and build its learner and loop."""
+    s = settings
+    observation_dim, action_spec = read_env_spec(s)
+    check_resources(s, observation_dim, action_spec.dim)
+    if s.off_policy:
+        replay = replay or ReplaySettings()
+        check_replay_memory(replay, observation_dim, action_spec.dim,
+                            num_buffers=s.num_actors if s.runtime == "hogwild" else 1)
+    else:
+        replay = None
+    if s.learner_num_threads:
+        torch.set_num_threads(s.learner_num_threads)
+    learner = make_learner(s, observation_dim, action_spec)
+    if s.runtime == "hogwild":
+        loop: TrainingLoop = HogwildLoop(s, learner, hogwild or HogwildSettings(), replay)
+    elif s.off_policy:
+        loop = OffPolicyLoop(s, learner, policy_factory or SACPolicy, replay,
+                             observation_dim, action_spec.dim)
+    else:
+        loop = OnPolicyLoop(s, learner, policy_factory or NeuralPolicy, observation_dim,
+                            action_spec.dim)
+    return RunParts(learner, loop, observation_dim, action_spec, replay)

@@ -1,0 +1,187 @@
+"""The Trainer: one run's life cycle, whatever the way of training.
+
+A run is assembled from parts (``training.parts``): the learner of
+``Trainer.algorithm`` and the loop of ``Trainer.runtime`` (actor batches trained
+once, a replay buffer, Hogwild workers). The Trainer drives any loop the same way:
+
+1. settings checked, the env's spaces read, memory and /dev/shm checked, the
+   learner and the loop built (all before a file is written or a process starts);
+2. stale shared memory swept, the newest checkpoint restored (counters, learner,
+   RNG, episode window, the loop's own blocks), done if the budget is reached;
+3. under Ctrl-C / SIGTERM handling (``signals.GracefulStop``): the loop starts its
+   children and trains until the budget is reached, writing periodic
+   checkpoints through ``RunContext.save_checkpoint``;
+4. on every path: the loop stops, a final checkpoint is written (not after a
+   learner failure), every child ends and every shared-memory block is released.
+
+The run directory holds config.gin, operative_config.gin, metrics.jsonl,
+tensorboard/, checkpoints/ and log.txt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Dict, Optional
+
+import gin
+import torch
+
+from alf_async.algorithms.ppo_learner import NonFiniteError
+from alf_async.checkpoint import Checkpointer
+from alf_async.metrics import MetricsRecorder
+from alf_async.runtime.actor_pool import ActorPoolError
+from alf_async.runtime.policy import PolicyFactory
+from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
+from alf_async.signals import GracefulStop, TerminationRequested, kill_children_now
+from alf_async.training.loop import RunContext
+from alf_async.training.parts import build_parts
+from alf_async.utils.shared_memory import sweep_stale_blocks
+
+logger = logging.getLogger("alf_async")
+CHECKPOINT_FORMAT = 2
+
+
+class Trainer:
+    """Trains the run configured by ``settings`` in ``root_dir``.
+
+    Args:
+        root_dir: the run directory (created if missing; resumed if it has
+            checkpoints).
+        settings: the run's settings (default: ``TrainerSettings()``, filled by
+            gin's ``Trainer.*`` bindings).
+        policy_factory: builds the actors' policy (default: the algorithm's;
+            tests of the runtime pass scripted policies; Hogwild ignores it).
+        replay: SAC's buffer and ratio settings (default: gin's ``Replay.*``).
+        hogwild: Hogwild's sharing settings (default: gin's ``Hogwild.*``).
+        **overrides: settings fields to override, e.g. ``num_actors=2``.
+    """
+
+    def __init__(self, root_dir: str, settings: Optional[TrainerSettings] = None,
+                 policy_factory: Optional[PolicyFactory] = None,
+                 replay: Optional[ReplaySettings] = None,
+                 hogwild: Optional[HogwildSettings] = None, **overrides: Any):
+        if settings is None:
+            settings = TrainerSettings(**overrides)  # gin fills the other fields
+        elif overrides:
+            settings = settings.replace(**overrides)
+        self.settings = settings
+        parts = build_parts(settings, policy_factory, replay, hogwild)
+        self.learner, self.loop = parts.learner, parts.loop
+        self.replay_settings = parts.replay
+        self.observation_dim, self.action_spec = parts.observation_dim, parts.action_spec
+        self.root_dir = os.path.abspath(root_dir)
+        os.makedirs(self.root_dir, exist_ok=True)
+        self.checkpointer = Checkpointer(self.root_dir)
+        self.counters: Dict[str, float] = {"iteration": 0, "env_steps": 0, "episodes": 0,
+                                           "wall_time": 0.0}
+        self.last_checkpoint: Optional[str] = None
+        self.last_checkpoint_iteration = -1
+        self._checkpointed = (-1, -1)  # (iteration, learner updates) of the newest checkpoint
+        self._episode_window: Dict[str, list] = {}
+        self._metrics: Optional[MetricsRecorder] = None
+
+    # -- checkpoints ----------------------------------------------------------
+    def save_checkpoint(self) -> str:
+        """Write a checkpoint now (atomically); returns its path."""
+        iteration = int(self.counters["iteration"])
+        with self.loop.checkpoint_state() as loop_state:
+            if not self.learner.all_finite():
+                raise NonFiniteError(f"the learner's weights or statistics are not finite "
+                                     f"at iteration {iteration}; no checkpoint was written")
+            state = {"learner": self.learner.state_dict(), "counters": dict(self.counters),
+                     "torch_rng": torch.get_rng_state(), "settings": self.settings.as_dict(),
+                     "episode_window": self._metrics.episode_window(),
+                     "format": CHECKPOINT_FORMAT, **loop_state}
+            self.last_checkpoint = self.checkpointer.save(state, iteration)
+        self.last_checkpoint_iteration = iteration
+        self._checkpointed = (iteration, self.loop.updates())
+        logger.info("checkpoint written: %s", self.last_checkpoint)
+        return self.last_checkpoint
+
+    def _restore(self) -> bool:
+        self.checkpointer.remove_temporary_files()
+        found = self.checkpointer.load_latest()
+        if found is None:
+            return False
+        state, path = found
+        self.learner.load_state_dict(state["learner"])
+        self.counters.update({k: (float(v) if k == "wall_time" else int(v))
+                              for k, v in state["counters"].items()})
+        torch.set_rng_state(state["torch_rng"])
+        self._episode_window = state.get("episode_window", {})
+        self.loop.restore(state, self.counters)
+        changed = self.settings.changes_since(state.get("settings", {}))
+        if changed:
+            logger.info("settings changed since the checkpoint: %s", changed)
+        self.last_checkpoint = path
+        self.last_checkpoint_iteration = int(self.counters["iteration"])
+        self._checkpointed = (self.last_checkpoint_iteration, self.loop.updates())
+        logger.info("resumed from %s at iteration %d, %d env steps", path,
+                    self.counters["iteration"], self.counters["env_steps"])
+        return True
+
+    def _final_checkpoint(self, completed: bool) -> None:
+        """Write the last checkpoint when training ends (from a ``finally``).
+
+        The learner is consistent between iterations, so a final checkpoint is
+        valid after a normal end, an interrupt or an actor failure; after a
+        learner error it would hold a half-trained model.
+        """
+        exc = sys.exc_info()[1]
+        learner_failed = exc is not None and not isinstance(
+            exc, (KeyboardInterrupt, TerminationRequested, ActorPoolError))
+        now = (int(self.counters["iteration"]), self.loop.updates())
+        if (completed or not learner_failed) and now[0] > 0 and now != self._checkpointed:
+            try:
+                self.save_checkpoint()
+            except (OSError, NonFiniteError) as e:
+                if exc is None:
+                    raise
+                logger.error("the final checkpoint could not be written: %s", e)
+
+    # -- the run --------------------------------------------------------------
+    def train(self) -> Dict[str, float]:
+        """Run until the budget is reached; returns the final counters.
+
+        Raises KeyboardInterrupt / TerminationRequested after a final checkpoint
+        when interrupted; any other exception after stopping every child.
+        """
+        sweep_stale_blocks()
+        resumed = self._restore()
+        if self.settings.budget_reached(self.counters["iteration"],
+                                        self.counters["env_steps"]):
+            logger.info("budget already reached (%d iterations, %d env steps)",
+                        self.counters["iteration"], self.counters["env_steps"])
+            return dict(self.counters)
+        # Also without a checkpoint: rows of a killed run that never wrote one are
+        # dropped, so that counters in the metrics file never go backward.
+        self._metrics = metrics = MetricsRecorder(self.root_dir, resume_from=(
+            int(self.counters["iteration"]), int(self.counters["env_steps"])))
+        metrics.load_episode_window(self._episode_window)
+        try:
+            with GracefulStop(kill_children_now) as stop:
+                run = RunContext(self.settings, self.root_dir, self.counters, metrics, stop,
+                                 gin.config_str(), resumed, self.save_checkpoint)
+                try:
+                    self._train(run)
+                finally:
+                    stop.stopping = True  # a signal now kills everything at once
+                    self.loop.close()
+                    sweep_stale_blocks()
+        finally:
+            metrics.close()
+        return dict(self.counters)
+
+    def _train(self, run: RunContext) -> None:
+        self.loop.start(run)
+        completed = False
+        try:
+            self.loop.run(run)
+            completed = True
+        finally:
+            try:
+                self.loop.stop(run)
+            finally:
+                self._final_checkpoint(completed)
