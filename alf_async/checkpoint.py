@@ -3,7 +3,10 @@
 A checkpoint is one file ``ckpt-<iteration>.pt`` in ``<root_dir>/checkpoints``
 holding only tensors and plain Python values (learner state, counters, RNG states).
 It is written to a temporary file, flushed to disk and renamed, so a reader never
-sees a half-written checkpoint. Loading uses ``torch.load(weights_only=True)``: a
+sees a half-written checkpoint. A write that fails (a full disk, a quota) raises
+``OSError`` naming the checkpoint file and its errno (``errno.ENOSPC``), never
+torch's ``RuntimeError``; the temporary file is removed and the older checkpoints
+are left as they were. Loading uses ``torch.load(weights_only=True)``: a
 file that holds arbitrary pickled objects is refused. If the newest checkpoint is
 corrupt or truncated, ``load_latest`` warns, names it and falls back to the
 previous one.
@@ -11,15 +14,16 @@ previous one.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 import gin
 import torch
 
-from alf_async.utils.files import atomic_write, remove_temporary_files
+from alf_async.utils.files import atomic_write, remove_partial_file, remove_temporary_files
 from alf_async.utils.validation import check
 
 logger = logging.getLogger("alf_async")
@@ -97,10 +101,30 @@ class Checkpointer:
         return sorted(found)
 
     def save(self, state: Dict[str, Any], iteration: int) -> str:
-        """Write ``state`` atomically as checkpoint ``iteration``; prune old ones."""
+        """Write ``state`` atomically as checkpoint ``iteration``; prune old ones.
+
+        The disk space of the state's tensors is reserved first, so a checkpoint
+        that cannot fit fails before anything is written (where the file system
+        can reserve space); the file is streamed, never held in memory whole.
+
+        Raises:
+            OSError: the file could not be written (e.g. ``errno.ENOSPC``, no
+                space left on the device); ``filename`` is the checkpoint's path.
+                No temporary file is left and the older checkpoints are intact.
+        """
         path = os.path.join(self.directory, f"ckpt-{iteration}.pt")
         with atomic_write(path, "wb") as f:
-            torch.save(state, f)
+            _reserve_space(f, _tensor_bytes(state))
+            stream = _ErrorKeepingWriter(f)
+            try:
+                torch.save(state, stream)
+            except Exception:
+                # torch turns a failed write into "RuntimeError: [enforce fail at
+                # inline_container.cc ...]"; the OSError it swallowed is the cause.
+                if stream.error is not None:
+                    raise stream.error from None
+                raise
+            f.truncate()  # the reserved space past the end of the data
         for _, old in self.list()[:-self.keep]:
             os.unlink(old)
         return path
@@ -117,9 +141,87 @@ class Checkpointer:
                 logger.warning("%s; falling back to the previous checkpoint", e)
         return None
 
-    def remove_temporary_files(self) -> None:
-        """Delete leftovers of writes interrupted by a crash."""
-        remove_temporary_files(self.directory)
-        for name in os.listdir(self.directory):  # written by alf_async <= 0.1
+    def remove_temporary_files(self) -> List[Tuple[str, int]]:
+        """Delete leftovers of checkpoint writes interrupted by a crash.
+
+        Each removed file is logged (WARNING: its path and size in bytes).
+
+        Returns:
+            (path, size in bytes) of every removed file.
+        """
+        removed = remove_temporary_files(self.directory)
+        for name in sorted(os.listdir(self.directory)):  # written by alf_async <= 0.1
             if name.startswith(".ckpt-") and name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
+                path = os.path.join(self.directory, name)
+                size = remove_partial_file(path)
+                if size is not None:
+                    removed.append((path, size))
+        return removed
+
+
+class _ErrorKeepingWriter:
+    """A binary file for ``torch.save`` that keeps the ``OSError`` of a failed
+    write (torch's writer replaces it with a ``RuntimeError``)."""
+
+    def __init__(self, file: IO[bytes]):
+        self._file = file
+        self.error: Optional[OSError] = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._file.write(data)
+        except OSError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except OSError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+
+def _tensor_bytes(value: Any) -> int:
+    """Bytes of the distinct tensor storages in ``value`` (nested dicts, lists,
+    tuples): a lower bound of the size of its ``torch.save`` file."""
+    seen = set()
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse, nested: not counted
+                continue
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
+
+
+# posix_fallocate errors that only mean "this file system reserves no space"
+_NO_RESERVATION = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV, errno.ESPIPE}
+
+
+def _reserve_space(file: IO[bytes], nbytes: int) -> None:
+    """Reserve ``nbytes`` bytes of disk for ``file`` (an empty file open for
+    writing), so that a write that cannot fit fails now with ``ENOSPC`` rather
+    than after filling the disk; a file system that cannot reserve space is
+    written to without a reservation. The file's size grows to ``nbytes``: the
+    caller truncates it after writing."""
+    if nbytes <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(file.fileno(), 0, nbytes)
+    except OSError as e:
+        if e.errno not in _NO_RESERVATION:
+            raise

@@ -10,11 +10,19 @@ Definitions (see docs/async_guide.md):
 Every training iteration appends one JSON object to ``<root_dir>/metrics.jsonl``
 and writes the same scalars to TensorBoard (x axis: env steps). The console gets a
 progress line every ``console_interval_s`` seconds.
+
+A write that fails (no space left on the device, a quota, a read-only file
+system) raises ``OSError`` naming the file: ``metrics.jsonl`` (the torn row is cut
+off again, so the file holds whole rows only) or the TensorBoard event file.
+TensorBoard writes from a background thread; its error is raised on the
+trainer's thread at the next scalar written (or at ``close``), and the thread's
+own traceback is not printed.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import logging
@@ -23,12 +31,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Mapping, Optional, Tuple
 
 import gin
 
-from alf_async.utils.files import atomic_write
+from alf_async.utils.files import atomic_write, with_filename
 from alf_async.utils.formatting import format_count, format_duration
+from alf_async.utils.tensorboard import open_tensorboard
 
 logger = logging.getLogger("alf_async")
 
@@ -220,6 +229,10 @@ class MetricsRecorder:
             from: records of later iterations (written before a crash) are
             removed from the metrics file and purged from TensorBoard, so that
             counters never go backward.
+
+    Raises (here, ``record``, ``add_worker_scalars`` and ``close``):
+        OSError: ``metrics.jsonl`` or the TensorBoard event file could not be
+            written; ``filename`` names it (``event_file`` for TensorBoard).
     """
 
     def __init__(self, root_dir: str, console_interval_s: float = 5.0,
@@ -230,14 +243,19 @@ class MetricsRecorder:
         self.metrics_path = os.path.join(root_dir, "metrics.jsonl")
         if resume_from is not None:
             truncate_metrics_file(self.metrics_path, resume_from[0])
-        self._file = open(self.metrics_path, "a", encoding="utf-8")
+        # Unbuffered: a row is written by one write call when it is recorded, so
+        # a failed write leaves no bytes behind in a buffer to fail again later.
+        self._file = open(self.metrics_path, "ab", buffering=0)
         self._writer = None
+        self.event_file: Optional[str] = None  # TensorBoard's, once it is open
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
             purge = resume_from[1] + 1 if resume_from is not None else None
-            self._writer = SummaryWriter(os.path.join(root_dir, "tensorboard"),
-                                         purge_step=purge)
+            try:
+                self._writer, self.event_file = open_tensorboard(
+                    os.path.join(root_dir, "tensorboard"), purge)
+            except BaseException:
+                self._file.close()
+                raise
         self._returns: Deque[float] = collections.deque(maxlen=return_window)
         self._lengths: Deque[float] = collections.deque(maxlen=return_window)
         self._lags: Deque[int] = collections.deque(maxlen=1000)
@@ -275,14 +293,39 @@ class MetricsRecorder:
         self._lags.append(int(record.lag))
         if record.T:
             self._recent_T.append(record.T)
-        self._file.write(json.dumps(record.to_json()) + "\n")
-        self._file.flush()
+        self._append_row(record.to_json())
         if self._writer is not None:
             scalars = record.scalars()
-            for key, tag in TENSORBOARD_TAGS.items():
-                if key in scalars:
-                    self._writer.add_scalar(tag, scalars[key], int(record.env_steps))
+            self._add_scalars(((tag, scalars[key]) for key, tag in TENSORBOARD_TAGS.items()
+                               if key in scalars), int(record.env_steps))
         return record
+
+    def _append_row(self, row: Mapping[str, Any]) -> None:
+        """Append ``row`` as one line of ``metrics.jsonl``; on a failed write the
+        file is cut back to its last whole row and ``OSError`` names it."""
+        data = memoryview((json.dumps(row) + "\n").encode("utf-8"))
+        fd = self._file.fileno()
+        start = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[self._file.write(data):]
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise with_filename(e, self.metrics_path) from None
+
+    def _add_scalars(self, scalars: Iterable[Tuple[str, float]], step: int) -> None:
+        """Write (tag, value) pairs to TensorBoard at ``step`` (env steps).
+
+        A failed write of the writer's thread is raised here as ``OSError``
+        naming ``event_file``; the writer is dropped then (its thread has ended).
+        """
+        try:
+            for tag, value in scalars:
+                self._writer.add_scalar(tag, value, step)
+        except OSError as e:
+            self._writer = None
+            raise with_filename(e, self.event_file) from None
 
     def add_worker_scalars(self, worker_id: int, values: Mapping[str, float],
                            env_steps: int) -> None:
@@ -290,10 +333,10 @@ class MetricsRecorder:
         (finite values only) at ``env_steps`` (the run's total)."""
         if self._writer is None:
             return
-        for name, value in values.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self._writer.add_scalar(f"hogwild/worker_{worker_id}/{name}", value,
-                                        int(env_steps))
+        self._add_scalars(((f"hogwild/worker_{worker_id}/{name}", value)
+                           for name, value in values.items()
+                           if isinstance(value, (int, float)) and math.isfinite(value)),
+                          int(env_steps))
 
     def console(self, record: IterationRecord, budget_env_steps: int,
                 budget_iterations: int, force: bool = False) -> Optional[str]:
@@ -327,18 +370,22 @@ class MetricsRecorder:
         return line
 
     def close(self) -> None:
+        """Close the metrics file and TensorBoard (which writes what it holds).
+
+        A TensorBoard write that fails here raises ``OSError`` naming
+        ``event_file``, unless another exception is already propagating (close
+        called from a ``finally``): it is then logged as one ERROR line, and
+        the first error stays the one reported.
+        """
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-
-def log_env_failures(message: Any, env_name: str) -> int:
-    """Log one line per env failure of a batch (``BatchReady``); returns how many."""
-    failures = message.unroll.env_failures
-    for env_index, details in failures:
-        last = details.strip().splitlines()[-1] if details.strip() else "?"
-        logger.warning("env %d of actor %d (%s) failed and was recreated; its episode "
-                       "was dropped: %s", env_index, message.actor_id, env_name, last)
-        logger.debug("env failure traceback:\n%s", details)
-    return len(failures)
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except OSError as e:
+            error = with_filename(e, self.event_file)
+            if sys.exc_info()[1] is None:
+                raise error from None
+            logger.error("TensorBoard could not write %s: %s", error.filename,
+                         error.strerror or error)

@@ -1,15 +1,13 @@
-"""Bad run directories, a default run directory, start-up failures and write
-failures: one paragraph, the right exit status, nothing left behind."""
+"""Bad run directories, a default run directory and start-up failures: one
+paragraph, the right exit status, nothing left behind. (Write failures during a
+run, on a really full disk: tests/test_full_disk.py.)"""
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import subprocess
 import sys
-
-import gin
 
 from conftest import REPO_ROOT
 from reliability_helpers import DEMO_GIN, small_params
@@ -54,34 +52,3 @@ def test_without_root_dir_a_run_goes_to_runs_of_the_gin_stem(tmp_path):
 def test_neither_gin_file_nor_root_dir_says_what_to_give(tmp_path):
     result = run_cli([], tmp_path)
     assert_one_paragraph_error(result, r"give --gin_file to start a run, or --root_dir")
-
-
-def test_write_failure_during_a_run_is_one_paragraph(tmp_path, monkeypatch, capsys):
-    """No space left while writing a checkpoint: exit 1, one paragraph naming the
-    file, the last good checkpoint and how to resume; no traceback."""
-    from alf_async import checkpoint
-    from alf_async.bin.train import train
-
-    save = checkpoint.Checkpointer.save
-
-    def failing_save(self, state, iteration):
-        if iteration >= 4:
-            raise OSError(errno.ENOSPC, "No space left on device",
-                          os.path.join(self.directory, f"ckpt-{iteration}.pt"))
-        return save(self, state, iteration)
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", failing_save)
-    root = str(tmp_path / "run")
-    try:
-        rc = train(root, [DEMO_GIN], small_params("Trainer.checkpoint_interval=2",
-                                                  iterations=6))
-    finally:
-        gin.clear_config()
-    err = capsys.readouterr().err
-    assert rc == 1, err[-3000:]
-    assert "Traceback" not in err
-    assert re.search(r"run stopped at iteration 4: could not write .*ckpt-4\.pt: No space "
-                     r"left on device\. The newest checkpoint is .*ckpt-2\.pt; free space or "
-                     r"make .* writable, then resume with: python -m alf_async\.bin\.train "
-                     r"--root_dir=", err), err[-3000:]
-    assert sorted(os.listdir(os.path.join(root, "checkpoints"))) == ["ckpt-2.pt"]

@@ -14,10 +14,16 @@ Exit status: 0 done; 2 bad input (configuration, files, a run that cannot start)
 1 the run failed (the message names the newest checkpoint to resume from);
 130 interrupted by Ctrl-C; 143 stopped by SIGTERM (a final checkpoint is written
 when an iteration has finished since the last one).
+
+A file of the run that cannot be written (no space left on the device, a quota,
+a read-only folder) stops the run with exit status 1 and one paragraph: the file,
+the system's reason, the newest intact checkpoint and the command that resumes
+the run once the cause is fixed.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -77,7 +83,13 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     logger = logging.getLogger("alf_async")
     config_text = gin.config_str()
     if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
-        write_text(saved, config_text)
+        try:
+            write_text(saved, config_text)
+        except OSError as e:
+            return user_error(f"the run could not start: could not write "
+                              f"{e.filename or saved}: {e.strerror or e}. Nothing was "
+                              f"trained; {_fix_for(e, root_dir)}, then run the same "
+                              "command again.")
     try:
         counters = trainer.train()
     except (KeyboardInterrupt, TerminationRequested) as e:
@@ -93,16 +105,15 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         return user_error(f"the run could not start: {e}. Nothing was trained; fix the "
                           "env or module named above and run the same command again.")
     except OSError as e:
-        where = e.filename or "a file of the run"
-        logger.error("run stopped at iteration %d: could not write %s: %s. %s; free space "
-                     "or make %s writable, then resume with: python -m alf_async.bin.train "
-                     "--root_dir=%s",
-                     trainer.counters["iteration"], where, e.strerror or e,
-                     _saved_state(trainer).capitalize(), root_dir, root_dir)
+        logger.error("run stopped at iteration %d: could not write %s: %s. %s; %s, then "
+                     "resume with: python -m alf_async.bin.train --root_dir=%s",
+                     trainer.counters["iteration"], e.filename or "a file of the run",
+                     e.strerror or e, _intact_state(trainer), _fix_for(e, root_dir),
+                     root_dir)
         return ExitCode.FAILED
     except ActorPoolError as e:
         logger.error("run stopped at iteration %d: %s\n%s.", trainer.counters["iteration"],
-                     e, _saved_state(trainer).capitalize())
+                     e, _sentence(_saved_state(trainer)))
         return ExitCode.FAILED
     except NonFiniteError as e:
         logger.error("run stopped: %s. The last good checkpoint is kept: %s (nothing of "
@@ -114,7 +125,7 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         logger.exception("run failed at iteration %d: %s", trainer.counters["iteration"], e)
         return ExitCode.FAILED
     finally:
-        write_text(os.path.join(root_dir, "operative_config.gin"), gin.operative_config_str())
+        _write_operative_config(root_dir, gin.operative_config_str(), logger)
     logger.info("done: %d iterations, %d env steps, %d episodes in %.0f s",
                 counters["iteration"], counters["env_steps"], counters["episodes"],
                 counters["wall_time"])
@@ -149,7 +160,48 @@ def _saved_state(trainer) -> str:
         if trainer.last_checkpoint_iteration == trainer.counters["iteration"]:
             return f"final checkpoint written: {trainer.last_checkpoint}"
         return f"the newest checkpoint is {trainer.last_checkpoint}"
-    return "no checkpoint was written (no training iteration had finished)"
+    if trainer.counters["iteration"] == 0:
+        return "no checkpoint was written (no training iteration had finished)"
+    return (f"no checkpoint was written (the first was due at iteration "
+            f"{trainer.settings.checkpoint_interval}); resuming starts from the beginning")
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper-case (the rest, paths included, kept)."""
+    return text[:1].upper() + text[1:]
+
+
+def _intact_state(trainer) -> str:
+    """After a failed write: the newest checkpoint that is whole (the one being
+    written when the write failed is never left behind), as a sentence."""
+    if trainer.last_checkpoint:
+        return f"The newest intact checkpoint is {trainer.last_checkpoint}"
+    return _sentence(_saved_state(trainer))
+
+
+def _fix_for(error: OSError, root_dir: str) -> str:
+    """What the user does about ``error``, a failed write of a file of the run
+    in ``root_dir`` (the advice names the file's folder, which may be on
+    another device, e.g. a mounted tensorboard/)."""
+    where = os.path.dirname(error.filename) if isinstance(error.filename, str) else root_dir
+    if error.errno == errno.ENOSPC:
+        return f"free space on the device holding {where} (df -h {where})"
+    if error.errno == errno.EDQUOT:
+        return f"free space or raise your disk quota on the device holding {where}"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make {where} writable"
+    return f"fix the cause above (free space, or make {where} writable)"
+
+
+def _write_operative_config(root_dir: str, text: str, logger: logging.Logger) -> None:
+    """Write ``operative_config.gin`` (the bindings the run used); a failed write
+    is logged as one WARNING line, never raised over the run's own outcome."""
+    path = os.path.join(root_dir, "operative_config.gin")
+    try:
+        write_text(path, text)
+    except OSError as e:
+        logger.warning("could not write %s: %s (it only records the bindings the "
+                       "run used)", e.filename or path, e.strerror or e)
 
 
 def main(argv: List[str]) -> None:

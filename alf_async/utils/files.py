@@ -4,16 +4,21 @@
 checkpoints, configs, metrics rewrites, reports. The data goes to a temporary file
 in the same directory, is flushed and fsync'ed, then renamed over the target
 (``os.replace`` is atomic on POSIX); on any error the temporary file is removed
-and the target is left as it was.
+and the target is left as it was, and an ``OSError`` (a full disk, a quota, a
+read-only file system) names the target file, so that the caller's message can
+say which file could not be written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
-from typing import IO, Iterator, Optional
+from typing import IO, Iterator, List, Optional, Tuple
+
+logger = logging.getLogger("alf_async")
 
 TEMPORARY_PREFIX = ".tmp-"
 TEMPORARY_SUFFIX = ".partial"
@@ -27,6 +32,11 @@ def atomic_write(path: str, mode: str = "w", fsync: bool = True) -> Iterator[IO]
         path: the file to (re)place.
         mode: "w" (text, UTF-8) or "wb" (binary).
         fsync: flush the data (and the directory entry) to disk before returning.
+
+    Raises:
+        OSError: writing, flushing or renaming failed (e.g. ``errno.ENOSPC``); its
+            ``filename`` is ``path`` when the failing call named no file. The
+            temporary file is gone and ``path`` is unchanged.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
@@ -41,9 +51,11 @@ def atomic_write(path: str, mode: str = "w", fsync: bool = True) -> Iterator[IO]
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:
+            raise with_filename(e, path) from None
         raise
     if fsync:
         dir_fd = os.open(directory, os.O_RDONLY)
@@ -76,11 +88,61 @@ def read_json(path: str) -> Optional[dict]:
         return None
 
 
-def remove_temporary_files(directory: str) -> None:
-    """Delete leftovers of ``atomic_write`` calls interrupted by a crash."""
+def with_filename(error: OSError, path: str) -> OSError:
+    """``error`` naming ``path``: the same errno and text (a new ``OSError`` of
+    the errno's subclass) when ``error`` names no file, else ``error`` itself.
+
+    A failed ``write``/``flush``/``fsync`` on an open file names no file
+    ("[Errno 28] No space left on device"); this adds the one being written.
+    """
+    if error.filename is not None:
+        return error
+    if error.errno is None:
+        return OSError(None, str(error) or type(error).__name__, path)
+    return OSError(error.errno, error.strerror or os.strerror(error.errno), path)
+
+
+def is_temporary_file(name: str) -> bool:
+    """Whether ``name`` (a file name, no folder) is an ``atomic_write`` temporary file."""
+    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
+
+
+def remove_partial_file(path: str,
+                        why: str = "a partial file left by an interrupted write"
+                        ) -> Optional[int]:
+    """Delete ``path``, a partial file, logging a WARNING with its path and size.
+
+    Args:
+        path: the file to delete.
+        why: what the file was, for the log line.
+
+    Returns:
+        The file's size in bytes, or None if it was already gone.
+    """
+    try:
+        size = os.stat(path).st_size
+        os.unlink(path)
+    except FileNotFoundError:
+        return None
+    logger.warning("removed %s (%d bytes): %s", path, size, why)
+    return size
+
+
+def remove_temporary_files(directory: str) -> List[Tuple[str, int]]:
+    """Delete leftovers of ``atomic_write`` calls interrupted by a crash.
+
+    Each removed file is logged (WARNING: its path and size in bytes).
+
+    Returns:
+        (path, size in bytes) of every removed file.
+    """
     if not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        if name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(directory, name))
+        return []
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        if is_temporary_file(name):
+            path = os.path.join(directory, name)
+            size = remove_partial_file(path)
+            if size is not None:
+                removed.append((path, size))
+    return removed
