@@ -19,7 +19,9 @@ setup(
     install_requires=[
         "torch>=2.1",
         "gin-config>=0.5",
-        "gymnasium>=0.29",
+        # classic-control brings pygame(-ce), which renders CartPole & co. for
+        # `alf-play --record_file`
+        "gymnasium[classic-control]>=0.29",
         "pybullet>=3.2.5",
         "pybullet_envs_gymnasium>=0.6",
         "numpy>=1.24",

@@ -109,3 +109,130 @@ def test_play_errors_are_clear(run_dir, tmp_path, capsys):
     bad.write_bytes(b"not a checkpoint")
     assert play(run_dir, checkpoint=str(bad)) == 2
     assert "corrupt or truncated" in capsys.readouterr().err
+
+
+# -- rendering only to record (issue 28, item 2) -------------------------------
+
+EXAMPLE = os.path.join(REPO_ROOT, "alf_async", "examples", "custom_env")
+TINY = ["Trainer.num_iterations=1", "Trainer.num_env_steps=0", "Trainer.num_envs=2",
+        "Trainer.num_env_workers=0", "Trainer.num_actors=1", "Trainer.unroll_length=16",
+        "PPOLearner.mini_batch_size=32", "PPOLearner.num_epochs=1",
+        "MetricsRecorder.tensorboard=False"]
+
+
+def run_command(module, args, cwd=REPO_ROOT, pythonpath=None, timeout=300):
+    """``python -m <module> <args>`` as a user runs it (PYTHONPATH: the user's
+    folder first, then the repository)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, REPO_ROOT) if p)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def point_mass_run(tmp_path_factory):
+    """(project folder, run directory): a 1-iteration run of the example user env
+    PointMass-v0, whose metadata declares no render mode."""
+    base = tmp_path_factory.mktemp("point_mass")
+    project = base / "my_project"
+    shutil.copytree(EXAMPLE, project)
+    root = str(base / "run")
+    result = run_command("alf_async.bin.train",
+                         [f"--gin_file={project / 'point_mass.gin'}", f"--root_dir={root}",
+                          *[f"--gin_param={p}" for p in TINY]],
+                         cwd=str(base), pythonpath=str(project))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return project, root
+
+
+def test_play_evaluates_an_env_that_cannot_render(point_mass_run):
+    project, root = point_mass_run
+    result = run_command("alf_async.bin.play", [f"--root_dir={root}", "--num_episodes=2",
+                                                "--max_steps=20"],
+                         cwd=str(project.parent), pythonpath=str(project))
+    assert result.returncode == 0, result.stderr[-3000:]
+    episodes = episodes_of(result.stdout)
+    assert [(i, n) for i, _, n in episodes] == [(1, 20), (2, 20)], result.stdout
+    assert "mean return over 2 episode(s)" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_recording_an_env_that_cannot_render_is_refused_in_one_line(point_mass_run):
+    project, root = point_mass_run
+    gif = project.parent / "refused.gif"
+    result = run_command("alf_async.bin.play", [f"--root_dir={root}",
+                                                f"--record_file={gif}"],
+                         cwd=str(project.parent), pythonpath=str(project))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert re.fullmatch(r"alf_async\.play: error: cannot record PointMass-v0: env "
+                        r"PointMass-v0 cannot render frames: .*; play it without "
+                        r"--record_file to evaluate the policy", lines[0]), lines[0]
+    assert not gif.exists()
+
+
+def _install_requires():
+    """The ``install_requires`` of the repository's setup.py, read without running it."""
+    import ast
+
+    with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "install_requires":
+            return [ast.literal_eval(element) for element in node.value.elts]
+    raise AssertionError("setup.py has no install_requires")
+
+
+def test_play_records_the_shipped_cartpole_config(tmp_path):
+    """The README's install brings what CartPole's rendering needs (pygame, with
+    gymnasium's classic-control extra), and recording a run of ppo_cartpole.gin
+    writes every frame."""
+    requires = [r.replace(" ", "").lower() for r in _install_requires()]
+    assert any(r.startswith(("gymnasium[classic-control]", "pygame")) for r in requires), \
+        requires
+    root = str(tmp_path / "cartpole")
+    result = run_command("alf_async.bin.train",
+                         ["--gin_file=ppo_cartpole.gin", f"--root_dir={root}",
+                          *[f"--gin_param={p}" for p in TINY]])
+    assert result.returncode == 0, result.stderr[-3000:]
+    gif = str(tmp_path / "cartpole.gif")
+    result = run_command("alf_async.bin.play", [f"--root_dir={root}", "--num_episodes=2",
+                                                "--max_steps=8", f"--record_file={gif}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    episodes = episodes_of(result.stdout)
+    assert [e[0] for e in episodes] == [1, 2], result.stdout
+    frames = sum(n + 1 for _, _, n in episodes)
+    assert f"recorded {frames} frames to {gif}" in result.stdout
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.n_frames == frames
+        assert image.size == (600, 400)
+
+
+def test_make_env_refuses_a_render_mode_the_env_lacks(tmp_path, monkeypatch):
+    """Asked to render, make_env raises RenderModeError for an env whose metadata
+    leaves the mode out and for one whose constructor takes no render_mode."""
+    import gymnasium as gym
+
+    from alf_async.envs.gym_env import RenderModeError, make_env
+
+    monkeypatch.syspath_prepend(EXAMPLE)
+    with pytest.raises(RenderModeError, match=r"PointMass-v0 cannot render frames: its "
+                                              r"render_modes are \[\], without 'rgb_array'"):
+        make_env("my_envs:PointMass-v0", render_mode="rgb_array")
+    from my_envs import PointMassEnv
+
+    env_id = "AlfAsyncTestNoRenderArgument-v0"
+    gym.register(id=env_id, entry_point=lambda: PointMassEnv(), max_episode_steps=10)
+    try:
+        with pytest.raises(RenderModeError, match="constructor takes no render_mode"):
+            make_env(env_id, render_mode="rgb_array")
+        env = make_env(env_id)  # evaluation needs no rendering
+        assert env.reset(seed=0).shape == (4,)
+        env.close()
+    finally:
+        del gym.registry[env_id]

@@ -6,15 +6,17 @@
 Loads the run's ``config.gin`` and a checkpoint (default: the newest in
 ``<root_dir>/checkpoints``; ``--checkpoint`` takes a path or a file name in that
 directory), builds the policy with the checkpoint's observation normalizer and
-acts deterministically (the mean of the action distribution) on one env rendered
-off-screen. Prints each episode's return and length. ``--record_file`` writes
-every frame of every episode (a first frame after each reset, then one per step)
-to a .gif (always available) or .mp4 (needs imageio-ffmpeg); each frame is
-labelled with the episode, step and return unless ``--nooverlay``.
-``--max_steps`` caps the steps of each episode.
+acts deterministically (the mean of the action distribution) on one env. Prints
+each episode's return and length. ``--record_file`` renders the env off-screen
+and writes every frame of every episode (a first frame after each reset, then
+one per step) to a .gif (always available) or .mp4 (needs imageio-ffmpeg); each
+frame is labelled with the episode, step and return unless ``--nooverlay``.
+Without ``--record_file`` nothing is rendered, so an env that cannot render is
+evaluated all the same. ``--max_steps`` caps the steps of each episode.
 
 Exit status: 0 done; 2 bad input (no run directory, no checkpoint, unusable
-checkpoint or video file name); 1 an unexpected failure; 130 Ctrl-C.
+checkpoint or video file name, ``--record_file`` for an env that cannot render);
+1 an unexpected failure; 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -48,8 +50,7 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
          record_file: Optional[str] = None, max_steps: Optional[int] = None,
          fps: Optional[float] = None, seed: int = 0, overlay: bool = True) -> int:
     """Run the episodes (and record them); returns the exit status."""
-    from alf_async.envs.gym_env import make_env
-    from alf_async.playback.player import PlayError, load_policy, run_episodes
+    from alf_async.playback.player import PlayError, load_policy, make_play_env, run_episodes
     from alf_async.playback.video import VideoError, VideoWriter, video_format
 
     try:
@@ -60,17 +61,10 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
         if record_file:
             video_format(record_file)
         policy, run_env, path = load_policy(os.path.abspath(root_dir), checkpoint)
+        env = make_play_env(run_env, max_steps, record=bool(record_file))
     except (PlayError, VideoError) as e:
         return user_error(str(e), command="alf_async.play")
     print(f"checkpoint: {path}; env: {run_env.env_name}; deterministic (mean) actions")
-    # With a time feature the env keeps the run's time limit (the policy sees
-    # t / limit) and --max_steps only cuts episodes short; otherwise
-    # --max_steps replaces the time limit.
-    time_limit = run_env.max_episode_steps
-    if not run_env.time_feature:
-        time_limit = max_steps or time_limit
-    env = make_env(run_env.env_name, render_mode="rgb_array", max_episode_steps=time_limit,
-                   time_feature=run_env.time_feature)
     writer = None
     try:
         if record_file:

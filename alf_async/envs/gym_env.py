@@ -30,6 +30,29 @@ class EnvOptionError(ValueError):
     """An env cannot take an option asked of it (a time feature without a time limit)."""
 
 
+class RenderModeError(EnvOptionError):
+    """An env cannot render in the render mode asked of it (its metadata's
+    ``render_modes`` leave the mode out, or its constructor takes no
+    ``render_mode``)."""
+
+
+def _declared_render_modes(env_name: str) -> Optional[list]:
+    """The ``render_modes`` an env id's class declares in its metadata, or None
+    if it declares none (gymnasium then passes any mode on to the constructor)."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = gym.spec(env_name)
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = load_env_creator(creator)
+    metadata = getattr(creator, "metadata", None)
+    if not isinstance(metadata, dict):  # a function, or a wrapper's property
+        return None
+    modes = metadata.get("render_modes")
+    return list(modes) if modes is not None else None
+
+
 @contextlib.contextmanager
 def quiet_stdout(fd: int = 1):
     """Silence C-level prints (pybullet writes 'argv[0]=' to stdout)."""
@@ -169,7 +192,9 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     Args:
         env_name: a gymnasium id, e.g. ``InvertedPendulumBulletEnv-v0``, or
             ``module:id`` to import the module that registers the id first.
-        render_mode: passed to ``gym.make`` (``"rgb_array"`` for video).
+        render_mode: passed to ``gym.make`` (``"rgb_array"`` for video); None
+            (the default) makes an env that does not render. An env that
+            cannot render in this mode raises ``RenderModeError``.
         max_episode_steps: override the id's time limit (None keeps it).
         time_feature: append t / time limit to the observation (gymnasium's
             ``TimeAwareObservation``); the env must have a time limit.
@@ -180,11 +205,22 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     env_name = split_env_name(env_name)[1]
     kwargs = {}
     if render_mode is not None:
+        modes = _declared_render_modes(env_name)
+        if modes is not None and render_mode not in modes:
+            raise RenderModeError(
+                f"env {env_name} cannot render frames: its render_modes are {modes}, "
+                f"without {render_mode!r}")
         kwargs["render_mode"] = render_mode
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
-    with quiet_stdout():
-        env = gym.make(env_name, **kwargs)
+    try:
+        with quiet_stdout():
+            env = gym.make(env_name, **kwargs)
+    except TypeError as e:
+        if render_mode is None or "render_mode" not in str(e):
+            raise
+        raise RenderModeError(f"env {env_name} cannot render frames: its constructor "
+                              f"takes no render_mode ({str(e).splitlines()[0]})") from None
     try:
         if time_feature:
             if getattr(env.spec, "max_episode_steps", None) is None:

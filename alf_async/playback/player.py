@@ -3,8 +3,9 @@
 ``load_policy`` rebuilds the learner from the run's ``config.gin`` and a
 checkpoint and returns its deterministic (mean-action) policy (``NeuralPolicy``
 for PPO, ``SACPolicy`` for SAC);
-``run_episodes`` plays it on one env rendered off-screen, optionally recording
-frames with a ``VideoWriter`` (playback.video). The ``play`` command
+``make_play_env`` makes the env as the run made it, rendering off-screen only
+to record; ``run_episodes`` plays the policy on it, optionally recording frames
+with a ``VideoWriter`` (playback.video). The ``play`` command
 (alf_async.bin.play) is the command-line front of this module.
 """
 
@@ -112,6 +113,68 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     run_env = RunEnv(env_name, trainer_setting("max_episode_steps"),
                      trainer_setting("time_feature"))
     return policy, run_env, path
+
+
+def make_play_env(run_env: RunEnv, max_steps: Optional[int] = None,
+                  record: bool = False) -> Any:
+    """The env to play on (an ``EnvAdapter``), made as the run made it; it renders
+    ``rgb_array`` frames only when ``record`` is true, so that evaluating an env
+    that cannot render works. Recording an env that cannot render raises
+    ``PlayError``: one that declares no ``rgb_array`` mode, one whose rendering
+    needs a package that is not installed, or one whose frames are not images
+    (checked on one reset and render before anything is written).
+
+    With a time feature the env keeps the run's time limit (the policy sees
+    t / limit) and ``max_steps`` only cuts episodes short; otherwise ``max_steps``
+    replaces the time limit.
+    """
+    from alf_async.envs.gym_env import RenderModeError, make_env
+
+    time_limit = run_env.max_episode_steps
+    if not run_env.time_feature:
+        time_limit = max_steps or time_limit
+    if record:
+        # pygame (classic-control rendering) draws on off-screen surfaces: SDL's
+        # headless video driver spares it probing for a display (and a warning
+        # on stderr when there is none).
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    try:
+        env = make_env(run_env.env_name, render_mode="rgb_array" if record else None,
+                       max_episode_steps=time_limit, time_feature=run_env.time_feature)
+    except RenderModeError as e:
+        raise PlayError(f"cannot record {run_env.env_name}: {e}; play it without "
+                        "--record_file to evaluate the policy") from None
+    if record:
+        try:
+            check_renders(env, run_env.env_name)
+        except BaseException:
+            env.close()
+            raise
+    return env
+
+
+def check_renders(env: Any, env_name: str) -> None:
+    """Raise ``PlayError`` unless ``env`` (made with ``render_mode="rgb_array"``)
+    renders an [H, W, 3] image after a reset."""
+    from gymnasium.error import DependencyNotInstalled
+
+    from alf_async.envs.gym_env import quiet_stdout
+
+    try:
+        with quiet_stdout():  # pybullet prints when it first renders
+            env.reset(seed=0)
+            frame = env.render()
+    except (DependencyNotInstalled, ImportError) as e:
+        raise PlayError(f"cannot record {env_name}: rendering it needs a package that is "
+                        f"not installed ({str(e).splitlines()[0]}); install it, or play "
+                        "without --record_file to evaluate the policy") from None
+    shape = getattr(frame, "shape", None)
+    if shape is None or len(shape) != 3 or shape[2] < 3:
+        got = "None" if frame is None else (f"shape {tuple(shape)}" if shape is not None
+                                            else type(frame).__name__)
+        raise PlayError(f"cannot record {env_name}: its render() gave {got}, not an "
+                        "[H, W, 3] image; play it without --record_file to evaluate the "
+                        "policy")
 
 
 def _label(index: int, steps: int, total: float) -> str:

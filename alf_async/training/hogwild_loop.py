@@ -25,6 +25,7 @@ from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
 from alf_async.hogwild.worker import from_bytes
 from alf_async.hogwild.workers import WorkerGroup
+from alf_async.env_failure_log import EnvFailureReporter
 from alf_async.metrics import NAN, IterationRecord
 from alf_async.runtime.actor_pool import check_restart_allowed, last_line
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
@@ -53,6 +54,7 @@ class HogwildLoop:
         self.gradient_steps_total = 0
         self.restarts = 0
         self.env_failures = 0
+        self.failure_log = EnvFailureReporter()  # the log lines of env failures
         self._returns: Dict[int, Deque[float]] = {
             w: collections.deque(maxlen=100) for w in range(settings.num_actors)}
         self._run: Optional[RunContext] = None
@@ -218,9 +220,9 @@ class HogwildLoop:
         T, self._last_end = end - self._last_end, end
         for env_index, details in p.env_failures:
             self.env_failures += 1
-            logger.warning("env %d of Hogwild worker %d (%s) failed and was recreated; its "
-                           "episode was dropped: %s", env_index, p.worker_id, s.env_name,
-                           last_line(details))
+            self.failure_log.report(f"Hogwild worker {p.worker_id}", env_index, details,
+                                    s.env_name)
+        self.failure_log.tick()
         run.metrics.add_episodes(p.episodes)
         worker_return = self._returns[p.worker_id]
         learner = dict(p.stats)
@@ -310,6 +312,7 @@ class HogwildLoop:
                        if self.workers.send(w, messages.StopWorker())}
             self.workers.drain(pending, self.hogwild.sync_timeout_s,
                                lambda w, message: self._take_last(run, w, message))
+        self.failure_log.flush()  # the failures held back since the last summary
         if self._record_now is not None and self._completed:
             run.console(self._record_now, force=True)
 
