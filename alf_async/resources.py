@@ -5,11 +5,16 @@ run whose trajectory slots exceed ``Trainer.max_trajectory_memory_gb``, do not f
 in the free space of the shared-memory directory, or together with the learner's
 copies of one batch do not fit in available memory. ``check_replay_memory`` does
 the same for an off-policy run's replay buffer (``Replay.max_replay_memory_gb``).
+``estimate_run_memory`` adds up the resident memory of every process the run
+will start (measuring what one more env of ``Trainer.env_name`` costs) and
+``check_run_memory`` refuses a run that would not fit in the available memory.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
+from typing import Callable
 
 import psutil
 
@@ -20,6 +25,86 @@ from alf_async.utils.shared_memory import shm_directory
 from alf_async.utils.validation import ConfigError
 
 GIB = 2 ** 30
+MIB = 2 ** 20
+# Resident memory of a process before its envs, measured on Linux x86-64 with
+# Python 3.11 and the CPU build of torch 2.13: an actor (or Hogwild worker)
+# imports torch and builds its policy (~400 MiB); an env worker imports
+# gymnasium and the simulator, not torch (~60 MiB).
+ACTOR_PROCESS_BYTES = 400 * MIB
+ENV_WORKER_BYTES = 60 * MIB
+
+
+@dataclass
+class MemoryEstimate:
+    """The resident memory a run will need, in bytes.
+
+    trainer: this process (as measured now) plus the learner's copies of one
+    batch and the shared blocks it owns (trajectory slots, replay buffer); per
+    actor: its process, its K envs (``env_bytes`` each, measured) and its W env
+    workers. ``total`` counts every actor.
+    """
+
+    trainer: int
+    num_actors: int
+    actor_process: int
+    num_envs: int
+    env_bytes: int
+    num_env_workers: int
+    env_worker: int
+
+    @property
+    def per_actor(self) -> int:
+        return (self.actor_process + self.num_envs * self.env_bytes
+                + self.num_env_workers * self.env_worker)
+
+    @property
+    def total(self) -> int:
+        return self.trainer + self.num_actors * self.per_actor
+
+    def describe(self) -> str:
+        return (f"about {self.total / GIB:.1f} GiB: trainer {self.trainer / GIB:.2f} GiB + "
+                f"{self.num_actors} actor(s) x ({self.actor_process / GIB:.2f} GiB + "
+                f"{self.num_envs} envs x {self.env_bytes / MIB:.1f} MiB + "
+                f"{self.num_env_workers} env workers x {self.env_worker / MIB:.0f} MiB)")
+
+
+def env_memory_bytes(make_env: Callable[[], object]) -> int:
+    """Resident bytes one more env costs: the growth of this process's memory
+    when a second env is made and reset (the first absorbs one-time imports)."""
+    process = psutil.Process()
+    first = make_env()
+    try:
+        first.reset(seed=0)
+        before = process.memory_info().rss
+        second = make_env()
+        try:
+            second.reset(seed=1)
+            return max(0, process.memory_info().rss - before)
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+def estimate_run_memory(settings: TrainerSettings, env_bytes: int,
+                        shared_bytes: int) -> MemoryEstimate:
+    """The run's memory (see ``MemoryEstimate``); ``shared_bytes``: the shared
+    blocks and learner copies the trainer will hold beside its current memory."""
+    s = settings
+    return MemoryEstimate(
+        trainer=psutil.Process().memory_info().rss + shared_bytes, num_actors=s.num_actors,
+        actor_process=ACTOR_PROCESS_BYTES, num_envs=s.num_envs, env_bytes=env_bytes,
+        num_env_workers=s.num_env_workers, env_worker=ENV_WORKER_BYTES)
+
+
+def check_run_memory(estimate: MemoryEstimate) -> None:
+    """``ConfigError`` if ``estimate`` does not fit in the available memory."""
+    available = psutil.virtual_memory().available
+    if estimate.total > available:
+        raise ConfigError(
+            f"The run would need {estimate.describe()}, but {available / GIB:.1f} GiB of "
+            "memory is available; use fewer envs per actor (Trainer.num_envs) or fewer "
+            "actors (Trainer.num_actors), or free memory")
 
 
 def check_shared_memory_free(need: int, what: str, advice: str) -> None:
@@ -56,8 +141,9 @@ def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim
     return need
 
 
-def check_resources(settings: TrainerSettings, observation_dim: int, action_dim: int) -> None:
-    """Raise ``ConfigError`` if the run's memory needs exceed what it may use."""
+def check_resources(settings: TrainerSettings, observation_dim: int, action_dim: int) -> int:
+    """Raise ``ConfigError`` if the run's shared memory exceeds what it may use;
+    returns the bytes of the trajectory slots and the learner's batch copies."""
     s = settings
     one_batch = trajectory_nbytes(s.unroll_length, s.num_envs, observation_dim, action_dim,
                                   next_observation=s.off_policy)
@@ -81,3 +167,4 @@ def check_resources(settings: TrainerSettings, observation_dim: int, action_dim:
             f"unroll_length={s.unroll_length} x num_envs={s.num_envs}) but "
             f"{available / GIB:.1f} GiB is available; shorten unroll_length or use "
             "fewer envs or actors")
+    return need + 3 * one_batch

@@ -6,6 +6,15 @@ iteration: a signal that arrives inside ``iteration()`` is deferred and raised w
 the iteration ends, so the final checkpoint always holds a consistent learner.
 A second signal while stopping (or a second Ctrl-C) calls ``kill_now`` (which
 should kill every child at once) and exits with 130 / 143.
+
+A stop raised from the handler can be lost or disguised when the signal arrives
+while the main thread is inside a library's C code that checks for signals: Ray's
+``ray.wait``/``ray.get`` pass on only KeyboardInterrupt and SystemExit, so a
+TerminationRequested raised there comes out as ``SystemError: ... returned a
+result with an exception set`` (its ``__cause__`` the stop), or is discarded by
+other such code. So the requested stop is also remembered: the next
+``iteration()`` block raises it before it starts, and ``unwrapping_stops()``
+turns an exception caused by a stop back into the stop itself.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ class GracefulStop:
         self._interrupts = 0
         self._in_iteration = False
         self._deferred: Optional[BaseException] = None
+        self._requested: Optional[BaseException] = None  # raised by the handler
         self._previous = {}
 
     def __enter__(self) -> "GracefulStop":
@@ -61,11 +71,29 @@ class GracefulStop:
         if self._in_iteration:
             self._deferred = stop
             return
+        self._requested = stop  # raised again by iteration() if this one is lost
         raise stop
 
     @contextlib.contextmanager
+    def unwrapping_stops(self) -> Iterator[None]:
+        """Re-raise an exception whose cause chain holds a stop (library code
+        wrapped it, see the module docstring) as that stop."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - re-raised unless a stop caused it
+            stop = _stop_in_chain(e)
+            if stop is None:
+                raise
+            self._requested = None
+            raise stop from None
+
+    @contextlib.contextmanager
     def iteration(self) -> Iterator[None]:
-        """A block that a signal does not interrupt; a deferred stop is raised after it."""
+        """A block that a signal does not interrupt; a deferred stop is raised
+        after it, and a stop requested before it (if not acted on) before it."""
+        if self._requested is not None and not self.stopping:
+            stop, self._requested = self._requested, None
+            raise stop
         self._in_iteration = True
         try:
             yield
@@ -74,6 +102,17 @@ class GracefulStop:
         if self._deferred is not None:
             stop, self._deferred = self._deferred, None  # raised once
             raise stop
+
+
+def _stop_in_chain(error: BaseException) -> Optional[BaseException]:
+    """The KeyboardInterrupt / TerminationRequested among ``error``'s causes."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, TerminationRequested)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def kill_children_now() -> None:

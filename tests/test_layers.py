@@ -27,6 +27,7 @@ LAYERS = {
     "runtime": 3,
     "algorithms": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5, "hogwild": 5,
+    "env_failure_log": 5,
     "training": 6,
     "reporting": 7, "playback": 7, "examples": 7,
     "sweep": 8, "gin_reference": 8,

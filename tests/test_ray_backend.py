@@ -30,6 +30,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from alf_async.runtime.process_pool import ProcessActorPool
+from alf_async.runtime.ray_cluster import least_used_node
 from alf_async.runtime.ray_pool import RayActorPool
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import RayBackendSettings
@@ -221,6 +222,20 @@ def test_node_removed_mid_run(cluster):
     actor = removed["actor"]
     assert stats.restarts == 1
     assert stats.actor_nodes[actor] != removed["node"]
+    # A node with room ran no actor: the restarted one went there, not beside the other.
+    assert stats.actor_nodes[actor] != stats.actor_nodes[1 - actor]
     assert {m.generation for m, _ in batches if m.actor_id == actor} == {0, 1}
     assert len(batches) == 8
     assert all(np.isfinite(a["reward"]).all() for _, a in batches)
+
+
+def test_a_restarted_actor_goes_to_the_node_running_fewest_actors():
+    def node(node_id, cpus, alive=True):
+        return {"NodeID": node_id, "Alive": alive, "Resources": {"CPU": cpus}}
+
+    nodes = [node("head", 1), node("busy", 2), node("lost", 2, alive=False)]
+    # The live actor 1 runs on "busy", which has room for one more; "head" is idle.
+    assert least_used_node(nodes, {1: "busy"}, 1.0) == "head"
+    assert least_used_node(nodes, {1: "head"}, 1.0) == "busy"  # head is full
+    assert least_used_node(nodes, {1: "head", 2: "busy", 3: "busy"}, 1.0) is None
+    assert least_used_node(nodes, {}, 1.0) == "busy"  # ties: the most CPUs

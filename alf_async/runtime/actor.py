@@ -59,6 +59,7 @@ class Actor:
         self.actor_id = actor_id
         self.settings = settings
         self.generation = generation
+        self.unroll_steps = 0  # env steps taken in the current unroll (t x K)
         s = settings
         # The env workers start (and import, and build their envs) while this
         # process builds its policy: the two heaviest start-up steps overlap.
@@ -107,7 +108,7 @@ class Actor:
         waiting for the envs (with S >= 2, less than their stepping time).
 
         ``on_step`` is called before every step (the actor process uses it to
-        send heartbeats).
+        send heartbeats); ``unroll_steps`` is then the env steps taken so far.
         """
         start = time.perf_counter()
         timing = {"inference": 0.0, "env": 0.0}
@@ -131,6 +132,7 @@ class Actor:
         for split in range(env.num_splits):
             act_and_send(split, 0)
         for t in range(last + 1):
+            self.unroll_steps = t * self.settings.num_envs
             if on_step is not None:
                 on_step()
             for split, envs in enumerate(env.splits):
@@ -159,6 +161,7 @@ class Actor:
         out["bootstrap_value"][:] = policy.value(obs)
         timing["inference"] += time.perf_counter() - t0
         self._observation = obs
+        self.unroll_steps = 0
         return messages.UnrollRecord(time.perf_counter() - start, timing["inference"],
                                      timing["env"], self.settings.steps_per_batch,
                                      self.env.pop_finished_episodes(), self.env.pop_failures())
@@ -288,7 +291,8 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
             now = time.monotonic()
             if now - last_heartbeat[0] >= HEARTBEAT_INTERVAL_S:
                 last_heartbeat[0] = now
-                conn.send(messages.Heartbeat(actor_id, generation))
+                conn.send(messages.Heartbeat(actor_id, generation,
+                                             actor.unroll_steps if actor else 0))
 
         while True:
             wait_start = time.perf_counter()

@@ -96,6 +96,8 @@ class PoolStats:
         (trajectories in, weights out), for pools whose actors may run on other
         machines (Ray); 0 where everything stays in this machine's shared memory.
     actor_nodes: actor id -> id of the node it runs on (Ray); empty otherwise.
+    unroll_steps: actor id -> env steps it has taken in its current unroll, as
+        of its newest heartbeat (every ~2 s; process pool); empty where unknown.
     """
 
     queue_length: int
@@ -103,6 +105,7 @@ class PoolStats:
     dropped_batches: int
     bytes_moved: int = 0
     actor_nodes: Dict[int, str] = field(default_factory=dict)
+    unroll_steps: Dict[int, int] = field(default_factory=dict)
 
 
 class ActorPool(Protocol):

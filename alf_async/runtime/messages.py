@@ -84,8 +84,12 @@ class BatchReady:
 
 @dataclass
 class Heartbeat:
+    """unroll_steps: env steps (t x K) the actor has taken in its current unroll
+    (0 while it waits for a slot)."""
+
     actor_id: int
     generation: int
+    unroll_steps: int = 0
 
 
 @dataclass

@@ -43,6 +43,7 @@ class _ActorHandle:
     conn: object
     ready: bool = False
     last_heard: float = 0.0
+    unroll_steps: int = 0  # env steps into its current unroll (newest heartbeat)
     env_worker_pids: Tuple[int, ...] = field(default_factory=tuple)
 
 
@@ -181,6 +182,9 @@ class ProcessActorPool:
         handle.last_heard = time.monotonic()
         if isinstance(message, messages.BatchReady):
             self._scheduler.arrived(message)
+            handle.unroll_steps = 0
+        elif isinstance(message, messages.Heartbeat):
+            handle.unroll_steps = message.unroll_steps
         elif isinstance(message, messages.ActorReady):
             handle.ready = True
             handle.env_worker_pids = tuple(message.env_worker_pids)
@@ -252,4 +256,5 @@ class ProcessActorPool:
             pass  # _poll reports the dead actor
 
     def stats(self) -> PoolStats:
-        return PoolStats(len(self._scheduler), self.restarts, self.dropped_batches)
+        return PoolStats(len(self._scheduler), self.restarts, self.dropped_batches,
+                         unroll_steps={a: h.unroll_steps for a, h in self._handles.items()})

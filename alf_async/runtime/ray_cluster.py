@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from alf_async.runtime.actor_pool import ActorStartupError, last_line
 from alf_async.settings import RayBackendSettings, TrainerSettings
@@ -141,7 +141,15 @@ class RayConnection:
         resources.update(self.ray_settings.resources_per_actor)
         return resources
 
-    def actor_options(self, actor_id: int) -> Dict[str, Any]:
+    def least_used_node(self, actor_nodes: Dict[int, str]) -> Optional[str]:
+        """Where a restarted actor should go (``least_used_node`` of the module,
+        on this cluster's nodes now)."""
+        return least_used_node(self.ray.nodes(), actor_nodes,
+                               self.actor_resources()["CPU"])
+
+    def actor_options(self, actor_id: int, node_id: Optional[str] = None) -> Dict[str, Any]:
+        """Ray options of actor ``actor_id``: its resources and placement (its
+        bundle of the PACK group; else SPREAD, or ``node_id`` preferred)."""
         rs = self.ray_settings
         options: Dict[str, Any] = {
             "num_cpus": rs.actor_cpus(self.settings.num_env_workers),
@@ -153,6 +161,10 @@ class RayConnection:
 
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 self._placement_group, placement_group_bundle_index=actor_id)
+        elif node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
         else:
             options["scheduling_strategy"] = "SPREAD"
         return options
@@ -170,6 +182,28 @@ class RayConnection:
         if self._owns_ray:
             self._owns_ray = False
             self.ray.shutdown()
+
+
+def least_used_node(nodes: Sequence[Dict[str, Any]], actor_nodes: Dict[int, str],
+                    cpus_per_actor: float) -> Optional[str]:
+    """The alive node, among those with CPUs left for one more actor, that runs
+    the fewest of the pool's actors (ties: the most CPUs); None if none has room.
+
+    nodes: ``ray.nodes()`` entries ("NodeID", "Alive", "Resources"); actor_nodes:
+    actor id -> node id of the pool's live actors. SPREAD placement spreads the
+    actors started together, but a lone restart does not look at where the others
+    run: after a node is lost, the restarted actor should go to an idle node.
+    """
+    counts: Dict[str, int] = {}
+    for node in actor_nodes.values():
+        counts[node] = counts.get(node, 0) + 1
+    candidates = []
+    for node in nodes:
+        used = counts.get(node["NodeID"], 0)
+        cpus = float(node.get("Resources", {}).get("CPU", 0))
+        if node.get("Alive") and cpus - used * cpus_per_actor >= cpus_per_actor:
+            candidates.append((used, -cpus, node["NodeID"]))
+    return min(candidates)[2] if candidates else None
 
 
 def _collect_stopped(ray, refs: Sequence[Any]) -> None:

@@ -131,10 +131,11 @@ class RayActorPool:
             raise
 
     # -- actors -----------------------------------------------------------------
-    def _spawn(self, actor_id: int, generation: int) -> None:
+    def _spawn(self, actor_id: int, generation: int, node_id: Optional[str] = None) -> None:
         launch = RayActorLaunch(actor_id, generation, self.epoch, self.settings,
                                 self._policy_factory, self.gin_config, list(sys.path))
-        remote = self._remote_class.options(**self.cluster.actor_options(actor_id)).remote(launch)
+        options = self.cluster.actor_options(actor_id, node_id)
+        remote = self._remote_class.options(**options).remote(launch)
         handle = _Handle(actor_id, generation, remote, remote.ready.remote())
         self._handles[actor_id] = handle
         first = actor_id * self.settings.slots_per_actor
@@ -232,7 +233,8 @@ class RayActorPool:
         self.restarts += 1
         logger.warning("restarting actor %d with fresh envs (restart %d of %d)", actor_id,
                        self.restarts, self.settings.max_actor_restarts)
-        self._spawn(actor_id, handle.generation + 1)
+        others = {a: n for a, n in self.actor_nodes.items() if a != actor_id and n}
+        self._spawn(actor_id, handle.generation + 1, self.cluster.least_used_node(others))
 
     def _check_unplaced_actors(self) -> None:
         """Stop the run if a (re)started actor is not ready within the start-up

@@ -10,10 +10,15 @@ split, lag, pool counters).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from typing import Any, Callable, Dict, Optional
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from alf_async.metrics import IterationRecord, log_env_failures
+import numpy as np
+
+from alf_async.env_failure_log import EnvFailureReporter, log_env_failures
+from alf_async.metrics import IterationRecord
 from alf_async.runtime.actor_pool import ActorPool
 from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory
@@ -21,6 +26,7 @@ from alf_async.runtime.pool_factory import make_actor_pool
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.training.loop import RunContext
+from alf_async.utils.formatting import format_count, format_duration
 from alf_async.utils.process import seconds_since_process_start
 
 logger = logging.getLogger("alf_async")
@@ -38,9 +44,12 @@ class ActorBatches:
         self.pool: Optional[ActorPool] = None
         self.published_digests: Dict[int, int] = {}  # version -> weights digest
         self.env_failures = 0
+        self.failure_log = EnvFailureReporter()  # the log lines of env failures
         self.dropped_stale_batches = 0  # by Trainer.max_lag
         self.dropped_stale_env_steps = 0
         self._bytes_moved_before = 0  # the pool's bytes_moved at the previous record
+        self._first_received = False  # a batch arrived since this process started
+        self._started_at = time.monotonic()  # every actor ready
 
     def start(self, run: RunContext, version: int, build_optimizer: Callable[[], Any]) -> None:
         """Create the pool, publish weights ``version`` and start every actor; the
@@ -58,9 +67,29 @@ class ActorBatches:
         optimizer_ready.start()
         self.pool.start()
         optimizer_ready.join()
+        self._started_at = time.monotonic()
         run.startup_s = seconds_since_process_start()
         logger.info("start-up took %.1f s (launch of this process until every actor was "
                     "ready to unroll)", run.startup_s)
+
+    def next_batch(self, run: RunContext, timeout: Optional[float] = None
+                   ) -> Optional[Tuple[BatchReady, Dict[str, np.ndarray]]]:
+        """The pool's next batch (see ``ActorPool.next_batch``). Until this
+        process has received its first batch, a wait without ``timeout`` prints a
+        progress line every ``MetricsRecorder.console_interval_s`` from the
+        actors' heartbeats, so a long first unroll is not a silent one."""
+        if timeout is not None or self._first_received:
+            return self.pool.next_batch(timeout)
+        interval = max(run.metrics.console_interval_s, 1.0)
+        while True:
+            got = self.pool.next_batch(interval)
+            if got is not None:
+                self._first_received = True
+                return got
+            print(first_batch_progress(self.pool.stats().unroll_steps,
+                                       self.settings.steps_per_batch,
+                                       time.monotonic() - self._started_at),
+                  file=sys.stderr, flush=True)
 
     def publish(self, version: int) -> None:
         """Publish the learner's current weights as ``version``."""
@@ -74,7 +103,8 @@ class ActorBatches:
         c, u = run.counters, message.unroll
         c["env_steps"] += u.env_steps
         c["episodes"] += len(u.episodes)
-        self.env_failures += log_env_failures(message, self.settings.env_name)
+        self.env_failures += log_env_failures(message, self.settings.env_name,
+                                              self.failure_log)
         run.metrics.add_episodes(u.episodes)
 
     def drop_stale(self, counters: Dict[str, float], message: BatchReady) -> bool:
@@ -111,5 +141,25 @@ class ActorBatches:
 
     def close(self) -> None:
         """Stop every actor and release the pool's shared memory (twice is safe)."""
+        self.failure_log.flush()  # the failures held back since the last summary
         if self.pool is not None:
             self.pool.close()
+
+
+def first_batch_progress(unroll_steps: Mapping[int, int], steps_per_batch: int,
+                         elapsed_s: float) -> str:
+    """The progress line shown while the first batch is unrolled.
+
+    unroll_steps: actor id -> env steps into its current unroll (heartbeats);
+    steps_per_batch: K x unroll_length; elapsed_s: seconds since the actors
+    started unrolling. The ETA is the leading actor's time to finish its batch at
+    its rate so far (the first training iteration follows it).
+    """
+    done = [unroll_steps[a] for a in sorted(unroll_steps)]
+    lead = max(done, default=0)
+    per_actor = ", ".join(format_count(d) for d in done) or "no heartbeat yet"
+    eta = (steps_per_batch - lead) * elapsed_s / lead if lead > 0 else float("nan")
+    return (f"[alf_async] first unroll: actors at {per_actor} of "
+            f"{format_count(steps_per_batch)} env steps | "
+            f"{format_count(sum(done) / max(elapsed_s, 1e-9))} env steps/s | "
+            f"ETA to the first batch {format_duration(eta, missing='?')}")

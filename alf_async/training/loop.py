@@ -88,7 +88,7 @@ class RunContext:
                              self.settings.num_iterations, force=force)
 
     def iteration(self) -> ContextManager[None]:
-        """A block no signal interrupts (a deferred stop is raised after it)."""
+        """A block no signal interrupts (``GracefulStop.iteration``)."""
         return self.signals.iteration()
 
 
@@ -100,15 +100,13 @@ class TrainingLoop(Protocol):
     learner: Any
 
     def restore(self, state: Mapping[str, Any], counters: Mapping[str, float]) -> None:
-        """Take the loop's blocks of a checkpoint (learner and counters restored)."""
+        """Take the loop's checkpoint blocks (learner and counters restored)."""
 
     def checkpoint_state(self) -> ContextManager[Dict[str, Any]]:
-        """A context in which the learner is consistent to save; yields the
-        loop's own checkpoint blocks."""
+        """Yields the loop's checkpoint blocks; the learner is consistent inside."""
 
     def updates(self) -> int:
-        """Learner updates so far (the final checkpoint is skipped when the
-        newest one holds as many at the same iteration)."""
+        """Learner updates so far (no final checkpoint if the newest has as many)."""
 
     def start(self, run: RunContext) -> None:
         """Start the loop's children and resources; return when ready to train."""

@@ -144,7 +144,7 @@ class OffPolicyLoop:
             # Ask for a batch only while one is being collected (an
             # in-process actor unrolls when asked); wait only if no
             # gradient step is due.
-            got = (pool.next_batch(timeout=None if due == 0 else 0.0)
+            got = (self.batches.next_batch(run, None if due == 0 else 0.0)
                    if in_flight > 0 else None)
             waited = time.monotonic() - wait_start
             if due == 0:

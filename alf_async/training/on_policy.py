@@ -51,7 +51,7 @@ class OnPolicyLoop:
         record: Optional[IterationRecord] = None
         while not run.budget_reached():
             wait_start = time.monotonic()
-            message, batch = batches.pool.next_batch()
+            message, batch = batches.next_batch(run)
             if batches.drop_stale(c, message):
                 continue
             with run.iteration():

@@ -20,9 +20,10 @@ from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
-from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec
+from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec, make_env
 from alf_async.envs.spaces import ActionSpec, UnsupportedSpaceError
-from alf_async.resources import check_replay_memory, check_resources
+from alf_async.resources import (MemoryEstimate, check_replay_memory, check_resources,
+                                 check_run_memory, env_memory_bytes, estimate_run_memory)
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.training.hogwild_loop import HogwildLoop
@@ -34,13 +35,14 @@ from alf_async.utils.validation import ConfigError
 
 class RunParts(NamedTuple):
     """A run's learner and loop; O (flat observation size), the env's actions and
-    the replay settings (None for PPO) they were built for."""
+    the replay settings (None for PPO) they were built for; the run's memory."""
 
     learner: Any
     loop: TrainingLoop
     observation_dim: int
     action_spec: ActionSpec
     replay: Optional[ReplaySettings]
+    memory: MemoryEstimate
 
 
 def read_env_spec(s: TrainerSettings) -> Tuple[int, ActionSpec]:
@@ -75,13 +77,17 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
     """Check the run's resources and build its learner and loop."""
     s = settings
     observation_dim, action_spec = read_env_spec(s)
-    check_resources(s, observation_dim, action_spec.dim)
+    shared = check_resources(s, observation_dim, action_spec.dim)
     if s.off_policy:
         replay = replay or ReplaySettings()
-        check_replay_memory(replay, observation_dim, action_spec.dim,
-                            num_buffers=s.num_actors if s.runtime == "hogwild" else 1)
+        shared += check_replay_memory(replay, observation_dim, action_spec.dim,
+                                      num_buffers=s.num_actors if s.runtime == "hogwild" else 1)
     else:
         replay = None
+    env_bytes = env_memory_bytes(lambda: make_env(
+        s.env_name, max_episode_steps=s.max_episode_steps, time_feature=s.time_feature))
+    memory = estimate_run_memory(s, env_bytes, shared)
+    check_run_memory(memory)
     if s.learner_num_threads:
         torch.set_num_threads(s.learner_num_threads)
     learner = make_learner(s, observation_dim, action_spec)
@@ -93,4 +99,4 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
     else:
         loop = OnPolicyLoop(s, learner, policy_factory or NeuralPolicy, observation_dim,
                             action_spec.dim)
-    return RunParts(learner, loop, observation_dim, action_spec, replay)
+    return RunParts(learner, loop, observation_dim, action_spec, replay, memory)

@@ -71,6 +71,7 @@ class Trainer:
         self.learner, self.loop = parts.learner, parts.loop
         self.replay_settings = parts.replay
         self.observation_dim, self.action_spec = parts.observation_dim, parts.action_spec
+        self.memory = parts.memory
         self.root_dir = os.path.abspath(root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
         self.checkpointer = Checkpointer(self.root_dir)
@@ -123,12 +124,9 @@ class Trainer:
         return True
 
     def _final_checkpoint(self, completed: bool) -> None:
-        """Write the last checkpoint when training ends (from a ``finally``).
-
-        The learner is consistent between iterations, so a final checkpoint is
-        valid after a normal end, an interrupt or an actor failure; after a
-        learner error it would hold a half-trained model.
-        """
+        """Write the last checkpoint when training ends (from a ``finally``):
+        valid after a normal end, an interrupt or an actor failure (the learner is
+        consistent between iterations), not after a learner error."""
         exc = sys.exc_info()[1]
         learner_failed = exc is not None and not isinstance(
             exc, (KeyboardInterrupt, TerminationRequested, ActorPoolError))
@@ -149,6 +147,7 @@ class Trainer:
         when interrupted; any other exception after stopping every child.
         """
         sweep_stale_blocks()
+        logger.info("estimated memory of the run: %s", self.memory.describe())
         resumed = self._restore()
         if self.settings.budget_reached(self.counters["iteration"],
                                         self.counters["env_steps"]):
@@ -175,10 +174,12 @@ class Trainer:
         return dict(self.counters)
 
     def _train(self, run: RunContext) -> None:
-        self.loop.start(run)
+        with run.signals.unwrapping_stops():  # a signal met inside Ray's C code
+            self.loop.start(run)
         completed = False
         try:
-            self.loop.run(run)
+            with run.signals.unwrapping_stops():
+                self.loop.run(run)
             completed = True
         finally:
             try:
