@@ -1,10 +1,8 @@
 """The actor pool as the on- and off-policy loops use it.
 
-``ActorBatches`` starts the pool of ``Trainer.backend`` with the learner's first
-weights, publishes versioned weights (remembering each version's digest, which
-the runtime tests compare with what actors report), counts env failures, and
-turns a received batch into the run's ``IterationRecord`` (T, EPS, the time
-split, lag, pool counters).
+``ActorBatches`` starts the pool of ``Trainer.backend``, publishes versioned
+weights (remembering each version's digest, which actors report back), counts
+env failures, and turns a received batch into the run's ``IterationRecord``.
 """
 
 from __future__ import annotations
@@ -155,9 +153,13 @@ def first_batch_progress(unroll_steps: Mapping[int, int], steps_per_batch: int,
     started unrolling. The ETA is the leading actor's time to finish its batch at
     its rate so far (the first training iteration follows it).
     """
+    if not unroll_steps:  # a pool without step counts (Ray, in-process)
+        return (f"[alf_async] first unroll: waiting for the first batch of "
+                f"{format_count(steps_per_batch)} env steps ({format_duration(elapsed_s)} "
+                "so far)")
     done = [unroll_steps[a] for a in sorted(unroll_steps)]
-    lead = max(done, default=0)
-    per_actor = ", ".join(format_count(d) for d in done) or "no heartbeat yet"
+    lead = max(done)
+    per_actor = ", ".join(format_count(d) for d in done)
     eta = (steps_per_batch - lead) * elapsed_s / lead if lead > 0 else float("nan")
     return (f"[alf_async] first unroll: actors at {per_actor} of "
             f"{format_count(steps_per_batch)} env steps | "

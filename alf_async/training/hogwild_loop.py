@@ -51,21 +51,16 @@ class HogwildLoop:
         self.worker_states: Dict[int, Dict[str, Any]] = {}  # w -> local_state()
         self.worker_totals: Dict[int, Dict[str, float]] = {
             w: {"env_steps": 0, "gradient_steps": 0} for w in range(settings.num_actors)}
-        self.gradient_steps_total = 0
-        self.restarts = 0
-        self.env_failures = 0
+        self.gradient_steps_total = self.restarts = self.env_failures = 0
         self.failure_log = EnvFailureReporter()  # the log lines of env failures
         self._returns: Dict[int, Deque[float]] = {
             w: collections.deque(maxlen=100) for w in range(settings.num_actors)}
         self._run: Optional[RunContext] = None
         self._lock_path: Optional[str] = None
         self._awaiting_states: Optional[Set[int]] = None
-        self._states_asked_at = 0.0
+        self._states_asked_at = self._last_end = 0.0
         self._busy: Set[int] = set()  # workers running a granted iteration
-        self._granting = False
-        self._checkpoint_postponed = False
-        self._completed = False
-        self._last_end = 0.0
+        self._granting = self._checkpoint_postponed = self._completed = False
         self._record_now: Optional[IterationRecord] = None
 
     def updates(self) -> int:
@@ -74,11 +69,9 @@ class HogwildLoop:
     # -- checkpoints ----------------------------------------------------------
     @contextlib.contextmanager
     def checkpoint_state(self) -> Iterator[Dict[str, Any]]:
-        """The global networks (read under the sync lock, so a "synced" push is
-        never half in; "shared" workers may still be stepping them) with the
-        global normalizer statistics, as the ``learner`` block of a complete
-        learner: worker 0's optimizer and the run's update counts (so that
-        ``play`` and anything reading the block sees a trained learner), plus
+        """The global networks and normalizer, read under the sync lock (a
+        "synced" push is never half in), as a complete learner (worker 0's
+        optimizer, the run's update counts: ``play`` sees a trained learner);
         every worker's own state under ``hogwild``."""
         learner = self.learner
         if 0 in self.worker_states:

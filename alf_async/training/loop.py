@@ -17,10 +17,9 @@ modules (tests/test_layers.py checks this).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Iterator, Mapping, Protocol
+from typing import Any, Callable, ContextManager, Dict, Mapping, Protocol
 
 from alf_async.metrics import NAN, IterationRecord, MetricsRecorder
 from alf_async.settings import TrainerSettings
@@ -29,15 +28,11 @@ from alf_async.signals import GracefulStop
 
 @dataclass
 class RunContext:
-    """The run as a loop sees it while it trains.
-
-    counters: "iteration", "env_steps", "episodes", "wall_time" (seconds); a loop
-    advances them, the life cycle saves them. signals: ``iteration()`` blocks are
-    not cut by a signal; ``signals.stopping = True`` makes a signal kill at once.
-    gin_config: the operative gin text, for child processes. save_checkpoint:
-    writes a checkpoint now, returns its path. startup_s: seconds from process
-    launch until the loop was ready (set by the loop's ``start``).
-    """
+    """The run as a loop sees it. counters: "iteration", "env_steps", "episodes",
+    "wall_time" (s), advanced by the loop, saved by the life cycle. signals:
+    ``signals.stopping = True`` makes a signal kill at once. gin_config: for
+    child processes. save_checkpoint: writes one now, returns its path.
+    startup_s: launch until the loop was ready (set by its ``start``)."""
 
     settings: TrainerSettings
     root_dir: str
@@ -120,8 +115,3 @@ class TrainingLoop(Protocol):
     def close(self) -> None:
         """End every child process, release every resource; safe to call twice."""
 
-
-@contextlib.contextmanager
-def no_extra_state() -> Iterator[Dict[str, Any]]:
-    """``checkpoint_state`` of a loop with nothing to save beside its learner."""
-    yield {}

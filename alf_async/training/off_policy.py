@@ -219,11 +219,8 @@ class OffPolicyLoop:
 
     def _release_held(self, held: Deque[Tuple[BatchReady, float]]) -> None:
         while held:
-            message, _ = held.popleft()
-            try:
-                self.batches.pool.release(message)
-            except Exception:  # noqa: BLE001 - the pool is closing anyway
-                pass
+            with contextlib.suppress(Exception):  # the pool may be closing anyway
+                self.batches.pool.release(held.popleft()[0])
 
     def _off_policy_record(self, run: RunContext, message: BatchReady,
                            row: "_RowAccumulator", T: float,
@@ -244,14 +241,11 @@ class OffPolicyLoop:
 
 
 class _RowAccumulator:
-    """What happened since the previous metrics row."""
+    """What happened since the previous metrics row (times in seconds)."""
 
     def __init__(self, env_steps: float, gradient_steps: int):
-        self.env_steps_start = env_steps
-        self.gradient_steps_start = gradient_steps
-        self.learner_throttled_s = 0.0
-        self.actors_throttled_s = 0.0
-        self.train_s = 0.0
+        self.env_steps_start, self.gradient_steps_start = env_steps, gradient_steps
+        self.learner_throttled_s = self.actors_throttled_s = self.train_s = 0.0
         self._stats: Dict[str, List[float]] = collections.defaultdict(list)
 
     def add(self, stats: Dict[str, float], data_age: float) -> None:

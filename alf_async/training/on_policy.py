@@ -11,6 +11,7 @@ actor, iteration), so a resumed sync run repeats the uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, ContextManager, Dict, Mapping, Optional
 
@@ -18,7 +19,7 @@ from alf_async.metrics import IterationRecord
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import TrainerSettings
 from alf_async.training.actor_batches import ActorBatches
-from alf_async.training.loop import RunContext, no_extra_state
+from alf_async.training.loop import RunContext
 
 
 class OnPolicyLoop:
@@ -35,7 +36,7 @@ class OnPolicyLoop:
         pass  # the learner block is all there is
 
     def checkpoint_state(self) -> ContextManager[Dict[str, Any]]:
-        return no_extra_state()
+        return contextlib.nullcontext({})  # nothing beside the learner block
 
     def updates(self) -> int:
         return int(self.learner.iteration)

@@ -34,8 +34,8 @@ from alf_async.utils.validation import ConfigError
 
 
 class RunParts(NamedTuple):
-    """A run's learner and loop; O (flat observation size), the env's actions and
-    the replay settings (None for PPO) they were built for; the run's memory."""
+    """A run's learner and loop, what they were built for (O, the env's actions,
+    replay settings or None), the run's memory."""
 
     learner: Any
     loop: TrainingLoop

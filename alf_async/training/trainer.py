@@ -116,8 +116,8 @@ class Trainer:
         changed = self.settings.changes_since(state.get("settings", {}))
         if changed:
             logger.info("settings changed since the checkpoint: %s", changed)
-        self.last_checkpoint = path
-        self.last_checkpoint_iteration = int(self.counters["iteration"])
+        self.last_checkpoint, self.last_checkpoint_iteration = path, int(
+            self.counters["iteration"])
         self._checkpointed = (self.last_checkpoint_iteration, self.loop.updates())
         logger.info("resumed from %s at iteration %d, %d env steps", path,
                     self.counters["iteration"], self.counters["env_steps"])
