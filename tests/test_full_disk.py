@@ -34,7 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 import pytest
 import torch
@@ -217,20 +217,28 @@ def assert_whole_metrics_rows(root: str, last_iteration: int) -> None:
     assert [r["iteration"] for r in rows] == list(range(1, last_iteration + 1))
 
 
+def stopped_at_a_checkpoint(args: List[str], disk: str, root: str,
+                            log_path: str) -> Tuple[re.Match, str]:
+    """Run the train command until its first checkpoint, then leave half a
+    checkpoint free on ``disk`` (rows and log lines fit, the next checkpoint
+    not); returns the full-disk paragraph of the run's end and the filler's path."""
+    run = Run(args, log_path)
+    try:
+        run.wait_for(lambda: checkpoint_files(root), "its first checkpoint")
+        filler = fill(disk, leave=newest_checkpoint_size(root) // 2)
+    finally:
+        rc = run.finish()
+    out = run.output()
+    return assert_full_disk_paragraph(out, rc, root, r".*/checkpoints/ckpt-\d+\.pt"), filler
+
+
 # -- the run's files on a full disk ------------------------------------------------------
 def test_checkpoint_on_a_full_disk_is_one_paragraph_and_resumes(tmp_path):
     with small_tmpfs(str(tmp_path / "disk"), "16m") as disk:
         root = os.path.join(disk, "run")
-        run = Run(ppo_args(root, ENDLESS, "Trainer.checkpoint_interval=2"),
-                  str(tmp_path / "run.log"))
-        try:
-            run.wait_for(lambda: checkpoint_files(root), "its first checkpoint")
-            # Half a checkpoint free: rows and log lines fit, the next checkpoint not.
-            filler = fill(disk, leave=newest_checkpoint_size(root) // 2)
-        finally:
-            rc = run.finish()
-        out = run.output()
-        match = assert_full_disk_paragraph(out, rc, root, r".*/checkpoints/ckpt-\d+\.pt")
+        match, filler = stopped_at_a_checkpoint(
+            ppo_args(root, ENDLESS, "Trainer.checkpoint_interval=2"), disk, root,
+            str(tmp_path / "run.log"))
         stopped = int(match["iteration"])
         assert match["file"].endswith(f"/ckpt-{stopped}.pt")
         assert int(match["intact_it"]) == stopped - 2
@@ -254,15 +262,9 @@ def test_sac_checkpoint_grown_by_its_replay_buffer_on_a_full_disk(tmp_path):
                   "Replay.save_replay_buffer=True",
                   "SquashedGaussianActor.hidden_sizes=(32, 32)",
                   "TwinQNetwork.hidden_sizes=(32, 32)", "SACLearner.batch_size=32")
-        run = Run(["--gin_file=sac_bullet_half_cheetah.gin", f"--root_dir={root}",
-                   *[f"--gin_param={p}" for p in params]], str(tmp_path / "run.log"))
-        try:
-            run.wait_for(lambda: checkpoint_files(root), "its first checkpoint")
-            filler = fill(disk, leave=newest_checkpoint_size(root) // 2)
-        finally:
-            rc = run.finish()
-        out = run.output()
-        match = assert_full_disk_paragraph(out, rc, root, r".*/checkpoints/ckpt-\d+\.pt")
+        match, filler = stopped_at_a_checkpoint(
+            ["--gin_file=sac_bullet_half_cheetah.gin", f"--root_dir={root}",
+             *[f"--gin_param={p}" for p in params]], disk, root, str(tmp_path / "run.log"))
         intact = int(match["intact_it"])
         saved = load_checkpoint_file(match["intact"])["replay_buffer"]
         assert len(saved["reward"]) == intact * steps_per_iteration
