@@ -55,21 +55,38 @@ def _new_blocks_of_this_test(blocks_before):
     return leaked
 
 
+def is_multiprocessing_service(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is one of multiprocessing's long-lived helpers of this
+    process tree: the resource tracker, or the forkserver itself (the server, not
+    the actors and workers forked from it, whose command line is the server's)."""
+    try:
+        cmd = " ".join(proc.cmdline())
+        if "resource_tracker" in cmd:
+            return True
+        if "forkserver" not in cmd:
+            return False
+        parent = proc.parent()
+        return parent is None or "forkserver" not in " ".join(parent.cmdline())
+    except psutil.Error:
+        return False
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail a test that leaves child processes or shared-memory blocks behind."""
     children_before = _children()
     blocks_before = set(list_blocks())
     yield
-    # The resource tracker of multiprocessing is a legitimate long-lived child.
+    # The resource tracker and the forkserver are legitimate long-lived children.
     def leftover_children():
         extra = set()
         for pid in _children() - children_before:
             try:
-                cmd = " ".join(psutil.Process(pid).cmdline())
+                proc = psutil.Process(pid)
+                cmd = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
-            if "resource_tracker" in cmd or "forkserver" in cmd:
+            if is_multiprocessing_service(proc):
                 continue
             # Idle workers a Ray node keeps for reuse belong to the node (a test
             # cluster outlives its tests); actors show as "ray::_RayActor".

@@ -87,12 +87,25 @@ def checkpoint_iteration(path: str) -> int:
 
 
 def _is_spawned_child(proc: psutil.Process) -> bool:
-    """A multiprocessing 'spawn' child (actor or env worker), not the resource tracker."""
+    """A multiprocessing 'spawn' child (an env worker), not the resource tracker."""
     try:
         cmd = " ".join(proc.cmdline())
     except psutil.Error:
         return False
     return "spawn_main" in cmd and "resource_tracker" not in cmd
+
+
+def _forked_children(proc: psutil.Process) -> List[psutil.Process]:
+    """The processes ``proc`` started through multiprocessing's forkserver (actors,
+    Hogwild workers): the children of its forkserver child."""
+    children = []
+    for server in proc.children():
+        try:
+            if "forkserver" in " ".join(server.cmdline()):
+                children += server.children()
+        except psutil.Error:
+            pass
+    return children
 
 
 def _gone(pid: int, create_time: float) -> bool:
@@ -164,9 +177,9 @@ class TrainRun:
             time.sleep(0.05)
 
     def actors(self) -> List[psutil.Process]:
-        """The actor processes: the trainer's spawned children."""
+        """The actor processes: forked by the trainer's forkserver."""
         try:
-            return [p for p in psutil.Process(self.pid).children() if _is_spawned_child(p)]
+            return _forked_children(psutil.Process(self.pid))
         except psutil.Error:
             return []
 

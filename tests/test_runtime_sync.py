@@ -42,6 +42,7 @@ from alf_async.envs.gym_env import env_dims
 from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.settings import TrainerSettings
+from conftest import is_multiprocessing_service
 from scripted_policy import ScriptedPolicy
 from alf_async.utils.shared_memory import list_blocks
 from alf_async.runtime.weight_store import WeightStore, weights_digest
@@ -77,7 +78,7 @@ def live_children():
             cmd = " ".join(p.cmdline())
         except psutil.Error:
             continue
-        if "resource_tracker" not in cmd and "forkserver" not in cmd:
+        if not is_multiprocessing_service(p):
             out.append(p.pid)
     return out
 

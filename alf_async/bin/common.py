@@ -7,14 +7,30 @@ Exit statuses (``ExitCode``): 0 done; 1 the run failed; 2 bad input
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Callable, List, Optional
 
 from alf_async.utils.exit_codes import ExitCode
 
-__all__ = ["ExitCode", "user_error", "setup_logging", "define_run_flags"]
+__all__ = ["ExitCode", "user_error", "setup_logging", "define_run_flags", "run_command"]
+
+
+def run_command(main: Callable[[List[str]], None]) -> None:
+    """Run a command's ``main`` under absl, and end the process quickly.
+
+    The last exit handler to run freezes the garbage collector's objects: the
+    interpreter's final collections over torch's objects would take most of a
+    second, and every file and child has been closed by then (the other exit
+    handlers, multiprocessing's and logging's, run before it).
+    """
+    from absl import app
+
+    atexit.register(gc.freeze)  # registered first, so it runs last
+    app.run(main)
 
 
 def user_error(message: str, command: str = "alf_async") -> int:

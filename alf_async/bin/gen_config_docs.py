@@ -13,7 +13,9 @@ import os
 import sys
 from typing import List
 
-from absl import app, flags
+from absl import flags
+
+from alf_async.bin.common import run_command
 
 FLAGS = flags.FLAGS
 
@@ -64,7 +66,7 @@ def main(argv: List[str]) -> None:
 
 def run_main() -> None:
     define_flags()
-    app.run(main)
+    run_command(main)
 
 
 if __name__ == "__main__":

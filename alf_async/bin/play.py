@@ -25,9 +25,9 @@ import os
 import sys
 from typing import List, Optional
 
-from absl import app, flags
+from absl import flags
 
-from alf_async.bin.common import ExitCode, user_error
+from alf_async.bin.common import ExitCode, run_command, user_error
 
 FLAGS = flags.FLAGS
 
@@ -98,7 +98,7 @@ def main(argv: List[str]) -> None:
 
 def run_main() -> None:
     define_flags()
-    app.run(main)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ import signal
 import sys
 from typing import List, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
-from alf_async.bin.common import ExitCode, define_run_flags
+from alf_async.bin.common import ExitCode, run_command, define_run_flags
 from alf_async.bin.common import user_error as _user_error
 
 FLAGS = flags.FLAGS
@@ -110,7 +110,7 @@ def main(argv: List[str]) -> None:
 
 def run_main() -> None:
     define_flags()
-    app.run(main)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
-from alf_async.bin.common import ExitCode, setup_logging, user_error
+from alf_async.bin.common import ExitCode, run_command, setup_logging, user_error
 from alf_async.utils.files import write_text
 
 FLAGS = flags.FLAGS
@@ -50,6 +50,9 @@ RUN_CONFIG = "config.gin"
 def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
           gin_search_path: Sequence[str] = ()) -> int:
     """Parse the config, train, and return the process exit status."""
+    from alf_async.utils.process import warm_up_torch_children
+
+    warm_up_torch_children()  # the actors' imports run beside this process's
     import gin
 
     from alf_async.algorithms.ppo_learner import NonFiniteError
@@ -222,7 +225,7 @@ def main(argv: List[str]) -> None:
 
 
 def run_main() -> None:
-    app.run(main)
+    run_command(main)
 
 
 if __name__ == "__main__":

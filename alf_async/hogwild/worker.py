@@ -36,6 +36,7 @@ from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.utils.seeding import derive_seed
+from alf_async.utils.process import started_by
 
 HEARTBEAT_INTERVAL_S = 2.0
 
@@ -213,7 +214,7 @@ def _serve(conn, worker: _Worker, parent_pid: int) -> None:
 
     while True:
         if not conn.poll(1.0):
-            if os.getppid() != parent_pid:
+            if not started_by(parent_pid):
                 return
             continue
         command = conn.recv()

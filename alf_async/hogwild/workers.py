@@ -20,7 +20,8 @@ from alf_async.hogwild.shared_state import GlobalState
 from alf_async.hogwild.worker import WorkerLaunch, to_bytes, worker_process_main
 from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError, last_line
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
-from alf_async.utils.process import describe_exit, mp_context, stop_processes
+from alf_async.utils.process import (describe_exit, start_child, stop_processes,
+                                     torch_child_context)
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 STARTUP_TIMEOUT_S = 300.0
@@ -76,11 +77,9 @@ class WorkerGroup:
             state=self.global_state,
             local_state=None if local_state is None else to_bytes(local_state),
             parent_pid=os.getpid())
-        ctx = mp_context()
-        parent_conn, child_conn = ctx.Pipe()
-        process = ctx.Process(target=worker_process_main, args=(launch, child_conn),
-                              name=f"alf_async-hogwild-{w}", daemon=False)
-        process.start()
+        parent_conn, child_conn = torch_child_context().Pipe()
+        process = start_child(torch_child_context(), worker_process_main, (launch, child_conn),
+                              name=f"alf_async-hogwild-{w}")
         child_conn.close()
         self.handles[w] = handle = WorkerHandle(process, parent_conn, generation,
                                                 last_message=time.monotonic())

@@ -35,6 +35,7 @@ from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import ArraySpec
+from alf_async.utils.process import started_by
 
 # Seconds between heartbeats of a busy actor (see TrainerSettings.actor_timeout_s).
 HEARTBEAT_INTERVAL_S = 2.0
@@ -227,7 +228,7 @@ def _wait_for_slot(conn, free: List[int], parent_pid: int, heartbeat: Callable[[
     while not free or conn.poll():
         heartbeat()
         if not conn.poll(1.0):
-            if os.getppid() != parent_pid:
+            if not started_by(parent_pid):
                 return False, None
             continue
         message = conn.recv()

@@ -30,7 +30,8 @@ from alf_async.runtime.scheduler import LagScheduler
 from alf_async.runtime.trajectory import TrajectorySlots
 from alf_async.runtime.weight_store import WeightStore
 from alf_async.settings import TrainerSettings
-from alf_async.utils.process import describe_exit, mp_context, stop_processes
+from alf_async.utils.process import (describe_exit, start_child, stop_processes,
+                                     torch_child_context)
 
 logger = logging.getLogger("alf_async")
 
@@ -71,7 +72,7 @@ class ProcessActorPool:
         self.startup_timeout_s = startup_timeout_s
         self.restarts = 0
         self.dropped_batches = 0
-        self._ctx = mp_context()
+        self._ctx = torch_child_context()
         self._handles: Dict[int, _ActorHandle] = {}
         self._scheduler = LagScheduler(settings.num_actors, settings.slots_per_actor,
                                        enforce_lag=not settings.off_policy)
@@ -99,9 +100,8 @@ class ProcessActorPool:
                              self.slots.specs, self._slot_indices(actor_id),
                              self.store.name, self.store.specs, os.getpid())
         parent_conn, child_conn = self._ctx.Pipe()
-        process = self._ctx.Process(target=actor_process_main, args=(launch, child_conn),
-                                    name=f"alf_async-actor-{actor_id}", daemon=False)
-        process.start()
+        process = start_child(self._ctx, actor_process_main, (launch, child_conn),
+                              name=f"alf_async-actor-{actor_id}")
         child_conn.close()
         for slot in launch.slot_indices:
             self._scheduler.handed_out(slot, self.store.version)

@@ -1,9 +1,25 @@
 """Helpers for the child processes alf_async starts.
 
-Every child (actor, env worker) calls ``init_child_process()`` first: it ignores
-SIGINT (Ctrl-C reaches the whole process group; the parent decides how to stop)
-and asks Linux to send ``death_signal`` when the parent dies, so that no child
-outlives a parent killed with SIGKILL.
+Two ways of starting a child:
+
+- ``torch_child_context()`` for the children that run a policy (actors, Hogwild
+  workers): multiprocessing's forkserver, which imports ``TORCH_CHILD_MODULES``
+  once and forks each child from there, so that a child does not pay torch's
+  import (2-3 s of CPU on a small machine) again. ``warm_up_torch_children()``
+  starts that server early, beside the trainer's own imports.
+- ``mp_context()`` (spawn) for env workers, which never import torch.
+
+Both give a fresh child: its arguments are pickled, its ``sys.path`` and working
+folder are the parent's. ``start_child`` also hands the parent's environment
+variables over as they are at launch (a forkserver child would otherwise see
+them as they were when the server started).
+
+Every child calls ``init_child_process()`` first: it ignores SIGINT (Ctrl-C
+reaches the whole process group; the parent decides how to stop) and asks Linux
+to send ``death_signal`` when its parent dies, so that no child outlives a
+parent killed with SIGKILL. A forkserver child's parent is the server; the child
+leaves the server's client count, so that the server ends with the trainer and
+the signal still comes.
 """
 
 from __future__ import annotations
@@ -15,9 +31,13 @@ import os
 import signal
 import sys
 import time
-from typing import Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1
+
+# Imported once by the server the policy-running children are forked from.
+TORCH_CHILD_MODULES = ("torch", "gin", "alf_async.runtime.actor", "alf_async.hogwild.worker",
+                       "alf_async.algorithms.policy", "alf_async.algorithms.sac_policy")
 
 
 def set_parent_death_signal(sig: int) -> bool:
@@ -36,14 +56,96 @@ def init_child_process(death_signal: int = signal.SIGKILL,
     """Common set-up for every child process of alf_async."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_parent_death_signal(death_signal)
+    _leave_forkserver_clients()
     # The parent may have died before prctl took effect.
-    if expected_parent is not None and os.getppid() != expected_parent:
+    if expected_parent is not None and not started_by(expected_parent):
         os._exit(1)
 
 
+def _leave_forkserver_clients() -> None:
+    """Close this child's copy of the forkserver's "alive" pipe (a no-op in a
+    spawned child). The server runs until every holder has closed it; held by
+    the trainer alone, it ends when the trainer dies, and its children get their
+    death signal."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None and mp.parent_process() is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
+def _parent_of(pid: int) -> Optional[int]:
+    """The parent pid of process ``pid`` (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def started_by(pid: int) -> bool:
+    """Whether this process's parent is ``pid``, or a forkserver child of ``pid``
+    (false once ``pid`` has died: its children are re-parented)."""
+    parent = os.getppid()
+    return parent == pid or _parent_of(parent) == pid
+
+
 def mp_context() -> mp.context.BaseContext:
-    """The multiprocessing context of alf_async: spawn (safe with torch threads)."""
+    """The context of children without torch (env workers): spawn."""
     return mp.get_context("spawn")
+
+
+def torch_child_context() -> mp.context.BaseContext:
+    """The context of the children that run a policy (actors, Hogwild workers):
+    forked from a server that has imported ``TORCH_CHILD_MODULES`` once."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(TORCH_CHILD_MODULES))
+    return ctx
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def warm_up_torch_children() -> None:
+    """Start the server of ``torch_child_context`` now, so that its imports run
+    beside the caller's own (the first actor then starts at once). Only with two
+    cores or more: on one core the two imports would only slow each other."""
+    if usable_cores() < 2:
+        return
+    from multiprocessing import forkserver
+
+    torch_child_context()
+    forkserver.ensure_running()
+
+
+def _child_main(environ: Dict[str, str], target: Callable[..., Any],
+                args: Sequence[Any]) -> None:
+    os.environ.clear()
+    os.environ.update(environ)
+    target(*args)
+
+
+def start_child(ctx: mp.context.BaseContext, target: Callable[..., Any],
+                args: Sequence[Any], name: str) -> mp.process.BaseProcess:
+    """Start ``target(*args)`` in a child process of ``ctx`` (not a daemon: it
+    may start env workers) that sees this process's environment variables as
+    they are now."""
+    process = ctx.Process(target=_child_main, args=(dict(os.environ), target, tuple(args)),
+                          name=name, daemon=False)
+    process.start()
+    return process
 
 
 def stop_processes(processes: Iterable[mp.process.BaseProcess],
@@ -80,10 +182,22 @@ def pid_alive(pid: int) -> bool:
 
 
 def seconds_since_process_start() -> float:
-    """Seconds since this process was started (its interpreter launched)."""
-    import psutil
+    """Seconds since this process was started (its interpreter launched).
 
-    return max(0.0, time.time() - psutil.Process().create_time())
+    On Linux from the kernel's start time of the process and its boot-time clock
+    (10 ms resolution); elsewhere from psutil (whose boot time is rounded to the
+    second).
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])
+        started = ticks / os.sysconf("SC_CLK_TCK")
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, AttributeError):
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
 
 
 def describe_exit(exitcode: Optional[int]) -> str:
