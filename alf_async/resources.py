@@ -1,4 +1,4 @@
-"""Up-front checks that a run fits the machine, before any process starts.
+"""Up-front checks that a run fits the machine, before any actor or worker starts.
 
 ``check_resources`` refuses (``ConfigError``, naming the settings to change) a
 run whose trajectory slots exceed ``Trainer.max_trajectory_memory_gb``, do not fit

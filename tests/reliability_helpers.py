@@ -26,6 +26,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import psutil
 
+from conftest import is_multiprocessing_service
+
 from alf_async.envs.latency import ENV_ID as LATENCY_ENV_ID
 from alf_async.utils.shared_memory import block_owner_pid, list_blocks, shm_directory
 
@@ -137,6 +139,7 @@ class TrainRun:
         self.cmd += [f"--gin_param={p}" for p in params]
         self.log_path = log_path or os.path.join(self.root_dir + ".log")
         self.seen: Dict[int, float] = {}  # pid -> create_time of every descendant
+        self.services: Set[int] = set()  # multiprocessing's forkserver and tracker
         self.blocks_seen: Set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -159,22 +162,33 @@ class TrainRun:
             return []
 
     def _sample_once(self) -> None:
-        found = {}
+        found, services = {}, set()
         for p in self.descendants():
             try:
                 found[p.pid] = p.create_time()
             except psutil.Error:
-                pass
+                continue
+            if is_multiprocessing_service(p):
+                services.add(p.pid)
         owners = set(found) | {self.pid}
         blocks = {b for b in list_blocks() if block_owner_pid(b) in owners}
         with self._lock:
             self.seen.update(found)
+            self.services |= services
             self.blocks_seen |= blocks
 
     def _sample(self) -> None:
         while not self._stop.is_set() and self.proc.poll() is None:
             self._sample_once()
             time.sleep(0.05)
+
+    def run_processes_seen(self) -> Dict[int, float]:
+        """The descendants seen that did the run's work (actors, workers, env
+        workers, the evaluator): every one but multiprocessing's forkserver and
+        resource tracker, which the train command may start before it checks
+        its configuration (the server imports torch beside the trainer)."""
+        with self._lock:
+            return {pid: t for pid, t in self.seen.items() if pid not in self.services}
 
     def actors(self) -> List[psutil.Process]:
         """The actor processes: forked by the trainer's forkserver."""

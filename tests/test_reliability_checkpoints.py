@@ -123,7 +123,7 @@ def test_checkpoint_with_pickled_objects_is_refused(finished_run, tmp_path):
     assert (f"alf_async: error: cannot load checkpoint {evil}: it holds pickled Python "
             "objects other than tensors and plain values") in out, out[-3000:]
     assert not os.path.exists(marker), "the checkpoint's payload was executed"
-    assert not run.seen, f"processes were started: {run.seen}"
+    assert not run.run_processes_seen(), f"processes were started: {run.run_processes_seen()}"
     assert open(os.path.join(root, "metrics.jsonl"), "rb").read() == metrics_before
 
 

@@ -78,8 +78,9 @@ def _check(run: TrainRun, binding: str, pattern: str) -> List[str]:
         problems.append(f"{binding}: message {errors!r} does not match {pattern!r}")
     elif "Traceback" in out:
         problems.append(f"{binding}: a traceback was printed\n{out[-1500:]}")
-    if run.seen:
-        problems.append(f"{binding}: child processes were started: {run.seen}")
+    if run.run_processes_seen():
+        problems.append(f"{binding}: child processes were started: "
+                        f"{run.run_processes_seen()}")
     made = os.listdir(run.root_dir) if os.path.isdir(run.root_dir) else []
     if {"metrics.jsonl", "config.gin"} & set(made):
         problems.append(f"{binding}: the run started (its directory has {made})")

@@ -24,6 +24,7 @@ the signal still comes.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import multiprocessing as mp
@@ -121,13 +122,35 @@ def usable_cores() -> int:
 def warm_up_torch_children() -> None:
     """Start the server of ``torch_child_context`` now, so that its imports run
     beside the caller's own (the first actor then starts at once). Only with two
-    cores or more: on one core the two imports would only slow each other."""
+    cores or more: on one core the two imports would only slow each other.
+
+    The server ends when this process exits, also when no child was ever forked
+    (a run refused for its configuration) or the server is still importing."""
     if usable_cores() < 2:
         return
     from multiprocessing import forkserver
 
     torch_child_context()
     forkserver.ensure_running()
+    atexit.unregister(_end_forkserver)  # once, however often this is called
+    atexit.register(_end_forkserver)
+
+
+def _end_forkserver() -> None:
+    """Kill the forkserver at this process's exit. Every child forked from it has
+    been stopped by then (the pools' and loops' ``close``); on its own the server
+    would only end once its imports are done, seconds after a quick exit."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)  # no public accessor in 3.10-3.13
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def _child_main(environ: Dict[str, str], target: Callable[..., Any],
