@@ -150,3 +150,22 @@ def test_surrogate_gradient_batch_masks_only_clipped_samples():
     clipped_surrogate_loss(new, old, _f64(advantages), 0.2).sum().backward()
     expected = [0.0, 1.5, 0.0, -0.5, -1.05]
     torch.testing.assert_close(new.grad, _f64(expected), rtol=1e-9, atol=0)
+
+
+def test_decoupled_loss_reports_the_share_of_truncated_importance_weights():
+    """pi_prox / mu of [0.5, 1.0, 1.5, 2.0, 3.0] with rho_bar 1.2: three of the
+    five weights exceed it and are cut to 1.2."""
+    weights = torch.tensor([0.5, 1.0, 1.5, 2.0, 3.0])
+    old = torch.zeros(5)
+    proximal = weights.log()
+    out = ppo_loss(proximal.clone(), old, torch.ones(5), torch.zeros(5), torch.zeros(5),
+                   torch.zeros(5), normalize_advantage=False, proximal_log_prob=proximal,
+                   max_importance_weight=1.2)
+    assert out.stats["truncated_fraction"].item() == pytest.approx(3 / 5)
+    assert out.stats["importance_weight"].item() == pytest.approx(8.0 / 5)
+    # The policy loss used the truncated weights: -min(w, 1.2) * A (r = 1).
+    assert out.stats["policy_loss"].item() == pytest.approx(-(0.5 + 1.0 + 1.2 * 3) / 5)
+    untruncated = ppo_loss(proximal.clone(), old, torch.ones(5), torch.zeros(5),
+                           torch.zeros(5), torch.zeros(5), normalize_advantage=False,
+                           proximal_log_prob=proximal)
+    assert "truncated_fraction" not in untruncated.stats

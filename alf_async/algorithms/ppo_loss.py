@@ -82,6 +82,11 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             decoupled one (``decoupled_surrogate_loss``) and approx_kl /
             clip_fraction are measured against pi_prox.
         max_importance_weight: truncation of pi_prox / mu (decoupled only).
+
+    Statistics: policy_loss, value_loss, entropy, approx_kl, clip_fraction; with
+    ``proximal_log_prob`` also importance_weight (mean pi_prox / mu) and, with
+    ``max_importance_weight``, truncated_fraction (the share of samples whose
+    pi_prox / mu exceeds it).
     """
     if normalize_advantage:
         advantages = normalize_advantages(advantages)
@@ -108,5 +113,9 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             "clip_fraction": ((ratio - 1.0).abs() > clip_ratio).float().mean(),
         }
         if proximal_log_prob is not None:
-            stats["importance_weight"] = torch.exp(proximal_log_prob - old_log_prob).mean()
+            weight = torch.exp(proximal_log_prob - old_log_prob)
+            stats["importance_weight"] = weight.mean()
+            if max_importance_weight is not None:
+                # The share of samples whose pi_prox / mu the truncation cut.
+                stats["truncated_fraction"] = (weight > max_importance_weight).float().mean()
     return PPOLossOutput(loss, stats)
