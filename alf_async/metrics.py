@@ -9,7 +9,12 @@ Definitions (see docs/async_guide.md):
 
 Every training iteration appends one JSON object to ``<root_dir>/metrics.jsonl``
 and writes the same scalars to TensorBoard (x axis: env steps). The console gets a
-progress line every ``console_interval_s`` seconds.
+progress line every ``console_interval_s`` seconds. Every deterministic
+evaluation (``Trainer.eval_interval_env_steps``) appends one object to
+``<root_dir>/eval.jsonl`` (env steps and training wall time of the weights,
+eval_return = mean, eval_return_std, eval_episode_length, the episodes' returns
+and lengths), goes to TensorBoard as ``eval/return`` at the weights' env steps,
+to the next metrics row as ``eval_return``, and to the console.
 
 A write that fails (no space left on the device, a quota, a read-only file
 system) raises ``OSError`` naming the file: ``metrics.jsonl`` (the torn row is cut
@@ -42,6 +47,7 @@ from alf_async.utils.tensorboard import open_tensorboard
 logger = logging.getLogger("alf_async")
 
 NAN = float("nan")
+EVAL_FILE = "eval.jsonl"
 
 
 @dataclass
@@ -72,6 +78,10 @@ class IterationRecord:
     weights out; 0 for the process backends, whose data stays in shared memory).
     Episodes: episodes_finished (in this batch), episode_return and
     episode_length (means over the recent-episodes window; NaN before any).
+    Evaluation: eval_return, the mean return of the deterministic evaluation
+    whose result arrived since the previous row (NaN in other rows), of the
+    weights at eval_env_steps env steps (0 in other rows); every evaluation is
+    also a row of eval.jsonl (``EVAL_FILE``).
     learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
     approx_kl, clip_fraction, grad_norm, explained_variance, action_std, ...).
     """
@@ -107,6 +117,8 @@ class IterationRecord:
     bytes_moved: int = 0
     episode_return: float = NAN
     episode_length: float = NAN
+    eval_return: float = NAN
+    eval_env_steps: int = 0
     learner: Dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
@@ -156,6 +168,7 @@ class IterationRecord:
 TENSORBOARD_TAGS = {
     "episode_return": "episode/return",
     "episode_length": "episode/length",
+    "eval_return": "eval/return",
     "T": "throughput/T",
     "EPS": "throughput/EPS",
     "env_steps_per_s": "throughput/env_steps_per_s",
@@ -177,6 +190,8 @@ TENSORBOARD_TAGS = {
     "explained_variance": "ppo/explained_variance",
     "grad_norm": "ppo/grad_norm",
     "action_std": "ppo/action_std",
+    "importance_weight": "ppo/importance_weight",
+    "truncated_fraction": "ppo/truncated_fraction",
     "critic_loss": "sac/critic_loss",
     "actor_loss": "sac/actor_loss",
     "alpha": "sac/alpha",
@@ -195,8 +210,9 @@ TENSORBOARD_TAGS = {
 }
 
 
-def truncate_metrics_file(path: str, last_iteration: int) -> None:
-    """Keep only the records of iterations <= ``last_iteration`` (atomic rewrite).
+def truncate_metrics_file(path: str, last_iteration: int, key: str = "iteration") -> None:
+    """Keep only the records whose ``key`` is <= ``last_iteration`` (atomic
+    rewrite; ``key="env_steps"`` for eval.jsonl).
 
     A partly written last line (a crash mid-write) is dropped too.
     """
@@ -209,7 +225,7 @@ def truncate_metrics_file(path: str, last_iteration: int) -> None:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if int(record.get("iteration", 0)) <= last_iteration:
+            if int(record.get(key, 0)) <= last_iteration:
                 kept.append(line if line.endswith("\n") else line + "\n")
     with atomic_write(path) as f:
         f.writelines(kept)
@@ -241,8 +257,10 @@ class MetricsRecorder:
         self.root_dir = root_dir
         self.console_interval_s = console_interval_s
         self.metrics_path = os.path.join(root_dir, "metrics.jsonl")
+        self.eval_path = os.path.join(root_dir, EVAL_FILE)
         if resume_from is not None:
             truncate_metrics_file(self.metrics_path, resume_from[0])
+            truncate_metrics_file(self.eval_path, resume_from[1], key="env_steps")
         # Unbuffered: a row is written by one write call when it is recorded, so
         # a failed write leaves no bytes behind in a buffer to fail again later.
         self._file = open(self.metrics_path, "ab", buffering=0)
@@ -261,6 +279,9 @@ class MetricsRecorder:
         self._lags: Deque[int] = collections.deque(maxlen=1000)
         self._recent_T: Deque[float] = collections.deque(maxlen=20)
         self._last_console = 0.0
+        self._eval_file = None  # eval.jsonl, opened at the first evaluation
+        self._new_eval: Optional[Tuple[float, int]] = None  # for the next row
+        self.last_eval: Optional[Dict[str, Any]] = None  # the newest evaluation
 
     def add_episodes(self, episodes) -> None:
         for ret, length in episodes:
@@ -290,6 +311,10 @@ class MetricsRecorder:
         """Complete ``record`` with the episode means and write it everywhere."""
         record = dataclasses.replace(record, episode_return=self.mean_return,
                                      episode_length=self.mean_length)
+        if self._new_eval is not None:
+            record = dataclasses.replace(record, eval_return=self._new_eval[0],
+                                         eval_env_steps=self._new_eval[1])
+            self._new_eval = None
         self._lags.append(int(record.lag))
         if record.T:
             self._recent_T.append(record.T)
@@ -297,22 +322,48 @@ class MetricsRecorder:
         if self._writer is not None:
             scalars = record.scalars()
             self._add_scalars(((tag, scalars[key]) for key, tag in TENSORBOARD_TAGS.items()
-                               if key in scalars), int(record.env_steps))
+                               if key in scalars and key != "eval_return"),
+                              int(record.env_steps))
         return record
 
-    def _append_row(self, row: Mapping[str, Any]) -> None:
-        """Append ``row`` as one line of ``metrics.jsonl``; on a failed write the
-        file is cut back to its last whole row and ``OSError`` names it."""
+    def record_evaluation(self, row: Mapping[str, Any]) -> None:
+        """Write one evaluation: ``row`` holds iteration, env_steps and
+        wall_time of the weights evaluated, eval_return, eval_return_std,
+        eval_episode_length, returns and lengths (lists), eval_s. Goes to
+        eval.jsonl, to TensorBoard at the weights' env steps, to the next
+        metrics row and to the console (one line)."""
+        if self._eval_file is None:
+            self._eval_file = open(self.eval_path, "ab", buffering=0)
+        self._append_row(row, self._eval_file, self.eval_path)
+        steps = int(row["env_steps"])
+        self._new_eval = (float(row["eval_return"]), steps)
+        self.last_eval = dict(row)
+        if self._writer is not None:
+            self._add_scalars([("eval/return", float(row["eval_return"])),
+                               ("eval/return_std", float(row["eval_return_std"])),
+                               ("eval/episode_length", float(row["eval_episode_length"]))],
+                              steps)
+        print(f"[alf_async] eval at {format_count(steps)} steps (it {row['iteration']}): "
+              f"return {row['eval_return']:.1f} +- {row['eval_return_std']:.1f} over "
+              f"{len(row['returns'])} episode(s), length {row['eval_episode_length']:.0f} "
+              f"({row['eval_s']:.1f} s)", file=sys.stderr, flush=True)
+
+    def _append_row(self, row: Mapping[str, Any], file: Any = None,
+                    path: Optional[str] = None) -> None:
+        """Append ``row`` as one line of ``metrics.jsonl`` (or of ``file`` at
+        ``path``); on a failed write the file is cut back to its last whole row
+        and ``OSError`` names it."""
+        file, path = (self._file, self.metrics_path) if file is None else (file, path)
         data = memoryview((json.dumps(row) + "\n").encode("utf-8"))
-        fd = self._file.fileno()
+        fd = file.fileno()
         start = os.fstat(fd).st_size
         try:
             while data:
-                data = data[self._file.write(data):]
+                data = data[file.write(data):]
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
-            raise with_filename(e, self.metrics_path) from None
+            raise with_filename(e, path) from None
 
     def _add_scalars(self, scalars: Iterable[Tuple[str, float]], step: int) -> None:
         """Write (tag, value) pairs to TensorBoard at ``step`` (env steps).
@@ -366,6 +417,9 @@ class MetricsRecorder:
                 f"EPS {eps:.2f} | T {mean_T:.2f}s | "
                 f"lag {min(lags)}/{sum(lags) / len(lags):.2f}/{max(lags)} | "
                 f"ETA {format_duration(eta, missing='?')}")
+        if self.last_eval is not None:
+            line += (f" | eval {self.last_eval['eval_return']:.1f} @ "
+                     f"{format_count(self.last_eval['env_steps'])}")
         print(line, file=sys.stderr, flush=True)
         return line
 
@@ -378,6 +432,8 @@ class MetricsRecorder:
         the first error stays the one reported.
         """
         self._file.close()
+        if self._eval_file is not None:
+            self._eval_file.close()
         writer, self._writer = self._writer, None
         if writer is None:
             return

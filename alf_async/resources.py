@@ -41,7 +41,8 @@ class MemoryEstimate:
     trainer: this process (as measured now) plus the learner's copies of one
     batch and the shared blocks it owns (trajectory slots, replay buffer); per
     actor: its process, its K envs (``env_bytes`` each, measured) and its W env
-    workers. ``total`` counts every actor.
+    workers; the evaluator (with ``Trainer.eval_interval_env_steps``): a process
+    like an actor's and its ``evaluator_envs`` envs. ``total`` counts them all.
     """
 
     trainer: int
@@ -51,6 +52,7 @@ class MemoryEstimate:
     env_bytes: int
     num_env_workers: int
     env_worker: int
+    evaluator_envs: int = 0
 
     @property
     def per_actor(self) -> int:
@@ -58,14 +60,24 @@ class MemoryEstimate:
                 + self.num_env_workers * self.env_worker)
 
     @property
+    def evaluator(self) -> int:
+        if not self.evaluator_envs:
+            return 0
+        return self.actor_process + self.evaluator_envs * self.env_bytes
+
+    @property
     def total(self) -> int:
-        return self.trainer + self.num_actors * self.per_actor
+        return self.trainer + self.num_actors * self.per_actor + self.evaluator
 
     def describe(self) -> str:
-        return (f"about {self.total / GIB:.1f} GiB: trainer {self.trainer / GIB:.2f} GiB + "
+        text = (f"about {self.total / GIB:.1f} GiB: trainer {self.trainer / GIB:.2f} GiB + "
                 f"{self.num_actors} actor(s) x ({self.actor_process / GIB:.2f} GiB + "
                 f"{self.num_envs} envs x {self.env_bytes / MIB:.1f} MiB + "
                 f"{self.num_env_workers} env workers x {self.env_worker / MIB:.0f} MiB)")
+        if self.evaluator_envs:
+            text += (f" + evaluator ({self.actor_process / GIB:.2f} GiB + "
+                     f"{self.evaluator_envs} envs x {self.env_bytes / MIB:.1f} MiB)")
+        return text
 
 
 def env_memory_bytes(make_env: Callable[[], object]) -> int:
@@ -94,7 +106,8 @@ def estimate_run_memory(settings: TrainerSettings, env_bytes: int,
     return MemoryEstimate(
         trainer=psutil.Process().memory_info().rss + shared_bytes, num_actors=s.num_actors,
         actor_process=ACTOR_PROCESS_BYTES, num_envs=s.num_envs, env_bytes=env_bytes,
-        num_env_workers=s.num_env_workers, env_worker=ENV_WORKER_BYTES)
+        num_env_workers=s.num_env_workers, env_worker=ENV_WORKER_BYTES,
+        evaluator_envs=s.eval_episodes if s.eval_interval_env_steps else 0)
 
 
 def check_run_memory(estimate: MemoryEstimate) -> None:

@@ -15,6 +15,7 @@ Groups (by concern):
 - the actors: num_envs (K), num_env_workers (W), env_splits, num_actors (N), unroll_length,
   slots_per_actor, backend;
 - checkpoints: checkpoint_interval, reseed_at_checkpoints;
+- evaluation: eval_interval_env_steps, eval_episodes;
 - faults: max_actor_restarts, actor_timeout_s, fatal_env_errors;
 - resources: max_trajectory_memory_gb, learner_num_threads;
 - policy lag: max_lag.
@@ -105,6 +106,16 @@ class TrainerSettings:
             and resets its envs (running episodes are dropped). A synchronous run
             resumed from such a checkpoint then repeats the uninterrupted run
             exactly. False keeps episodes running across checkpoints.
+        eval_interval_env_steps: env steps between deterministic evaluations
+            of the learner's weights (0: none). Each time the run's env steps
+            pass a multiple of it, and when the budget is reached, an evaluator
+            process plays ``eval_episodes`` episodes with the mean action on
+            envs of its own (the rl-baselines3-zoo's way; training does not
+            wait for it and trains the same without it) and the mean return is
+            reported as ``eval_return`` (eval.jsonl, metrics, TensorBoard
+            ``eval/return``, the console).
+        eval_episodes: episodes per evaluation (episode i resets with the same
+            seed at every evaluation).
         max_actor_restarts: actor failures tolerated before the run stops.
         actor_timeout_s: an actor silent (no batch, no heartbeat) for this many
             seconds is taken as hung, killed and restarted (0: never).
@@ -147,6 +158,8 @@ class TrainerSettings:
     backend: str = field(default="process", metadata=rule("choice", choices=BACKENDS))
     checkpoint_interval: int = field(default=20, metadata=rule("int", low=1))
     reseed_at_checkpoints: bool = field(default=True, metadata=rule("bool"))
+    eval_interval_env_steps: int = field(default=0, metadata=rule("int", low=0))
+    eval_episodes: int = field(default=10, metadata=rule("int", low=1))
     max_actor_restarts: int = field(default=3, metadata=rule("int", low=0))
     actor_timeout_s: float = field(default=120.0, metadata=rule("number", low=0))
     fatal_env_errors: bool = field(default=False, metadata=rule("bool"))

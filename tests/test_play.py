@@ -153,7 +153,12 @@ def test_play_evaluates_an_env_that_cannot_render(point_mass_run):
     assert result.returncode == 0, result.stderr[-3000:]
     episodes = episodes_of(result.stdout)
     assert [(i, n) for i, _, n in episodes] == [(1, 20), (2, 20)], result.stdout
-    assert "mean return over 2 episode(s)" in result.stdout
+    returns = np.array([r for _, r, _ in episodes])
+    summary = re.search(r"mean return over 2 episode\(s\): (\S+) \(std (\S+)\)",
+                        result.stdout)
+    assert summary, result.stdout
+    assert float(summary.group(1)) == pytest.approx(returns.mean(), abs=0.011)
+    assert float(summary.group(2)) == pytest.approx(returns.std(), abs=0.011)
     assert "Traceback" not in result.stderr
 
 

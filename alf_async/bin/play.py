@@ -79,8 +79,10 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
         if writer is not None:
             writer.close()
         env.close()
-    mean = sum(e.episode_return for e in episodes) / len(episodes)
-    print(f"mean return over {len(episodes)} episode(s): {mean:.2f}")
+    returns = [e.episode_return for e in episodes]
+    mean = sum(returns) / len(returns)
+    std = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
+    print(f"mean return over {len(episodes)} episode(s): {mean:.2f} (std {std:.2f})")
     if writer is not None:
         print(f"recorded {writer.frames} frames to {record_file}")
     return ExitCode.OK

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Mapping, Optional, Protocol
 
 from alf_async.metrics import NAN, IterationRecord, MetricsRecorder
 from alf_async.settings import TrainerSettings
 from alf_async.signals import GracefulStop
+
+if TYPE_CHECKING:
+    from alf_async.training.evaluation import Evaluation
 
 
 @dataclass
@@ -32,7 +35,9 @@ class RunContext:
     "wall_time" (s), advanced by the loop, saved by the life cycle. signals:
     ``signals.stopping = True`` makes a signal kill at once. gin_config: for
     child processes. save_checkpoint: writes one now, returns its path.
-    startup_s: launch until the loop was ready (set by its ``start``)."""
+    startup_s: launch until the loop was ready (set by its ``start``).
+    evaluation: the run's periodic evaluation (None without), told of every
+    row."""
 
     settings: TrainerSettings
     root_dir: str
@@ -42,6 +47,7 @@ class RunContext:
     gin_config: str
     resumed: bool
     save_checkpoint: Callable[[], str]
+    evaluation: Optional["Evaluation"] = None
     startup_s: float = NAN
     _first_iteration: int = 0
     _clock_start: float = 0.0
@@ -69,13 +75,18 @@ class RunContext:
         ``fields``: the rest of the ``IterationRecord``."""
         s, c = self.settings, self.counters
         iteration = int(c["iteration"])
-        return self.metrics.record(IterationRecord(
+        if self.evaluation is not None:
+            self.evaluation.collect(self.metrics)  # results that arrived go in this row
+        record = self.metrics.record(IterationRecord(
             iteration=iteration, env_steps=int(c["env_steps"]), episodes=int(c["episodes"]),
             wall_time=c["wall_time"], num_envs=s.num_envs, num_actors=s.num_actors,
             unroll_length=s.unroll_length, T=T, EPS=s.num_envs / T if T > 0 else NAN,
             env_steps_per_s=env_steps / T if T > 0 else NAN,
             startup_s=self.startup_s if iteration == self._first_iteration else NAN,
             **fields))
+        if self.evaluation is not None:
+            self.evaluation.after_iteration(c, self.metrics)
+        return record
 
     def console(self, record: IterationRecord, force: bool = False) -> None:
         """The progress line (every few seconds, or now with ``force``)."""

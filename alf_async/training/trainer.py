@@ -35,6 +35,7 @@ from alf_async.runtime.actor_pool import ActorPoolError
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.signals import GracefulStop, TerminationRequested, kill_children_now
+from alf_async.training.evaluation import Evaluation
 from alf_async.training.loop import RunContext
 from alf_async.training.parts import build_parts
 from alf_async.utils.shared_memory import sweep_stale_blocks
@@ -159,21 +160,33 @@ class Trainer:
         self._metrics = metrics = MetricsRecorder(self.root_dir, resume_from=(
             int(self.counters["iteration"]), int(self.counters["env_steps"])))
         metrics.load_episode_window(self._episode_window)
+        evaluation = None
         try:
             with GracefulStop(kill_children_now) as stop:
+                gin_config = gin.config_str()
+                if self.settings.eval_interval_env_steps:
+                    evaluation = Evaluation(self.settings, self.observation_dim,
+                                            self.action_spec, self.learner.weight_arrays,
+                                            gin_config)
                 run = RunContext(self.settings, self.root_dir, self.counters, metrics, stop,
-                                 gin.config_str(), resumed, self.save_checkpoint)
+                                 gin_config, resumed, self.save_checkpoint, evaluation)
                 try:
                     self._train(run)
                 finally:
                     stop.stopping = True  # a signal now kills everything at once
-                    self.loop.close()
+                    try:
+                        self.loop.close()
+                    finally:
+                        if evaluation is not None:
+                            evaluation.close()
                     sweep_stale_blocks()
         finally:
             metrics.close()
         return dict(self.counters)
 
     def _train(self, run: RunContext) -> None:
+        if run.evaluation is not None:  # builds its envs while the loop starts
+            run.evaluation.start(int(self.counters["env_steps"]))
         with run.signals.unwrapping_stops():  # a signal met inside Ray's C code
             self.loop.start(run)
         completed = False
@@ -181,6 +194,8 @@ class Trainer:
             with run.signals.unwrapping_stops():
                 self.loop.run(run)
             completed = True
+            if run.evaluation is not None:
+                run.evaluation.finish(self.counters, run.metrics)
         finally:
             try:
                 self.loop.stop(run)

@@ -38,7 +38,8 @@ _PR_SET_PDEATHSIG = 1
 
 # Imported once by the server the policy-running children are forked from.
 TORCH_CHILD_MODULES = ("torch", "gin", "alf_async.runtime.actor", "alf_async.hogwild.worker",
-                       "alf_async.algorithms.policy", "alf_async.algorithms.sac_policy")
+                       "alf_async.algorithms.policy", "alf_async.algorithms.sac_policy",
+                       "alf_async.training.evaluator_process")
 
 
 def set_parent_death_signal(sig: int) -> bool:
