@@ -19,13 +19,18 @@ from alf_async.training.trainer import Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "gin_configs", "*.gin")))
+# The PyBullet suite of the rl-baselines3-zoo's PPO table (one recipe,
+# gin_configs/recipes/ppo_bullet_locomotion.gin).
+LOCOMOTION = ("half_cheetah", "ant", "hopper", "walker2d")
 
 
 def test_expected_configs_are_shipped():
     for name in ("ppo_bullet_humanoid.gin", "async_ppo_bullet_humanoid.gin",
                  "ppo_bullet_inverted_pendulum.gin", "async_ppo_bullet_inverted_pendulum.gin",
                  "ppo_bullet_half_cheetah.gin", "async_ppo_bullet_half_cheetah.gin",
-                 "ppo_cartpole.gin", "async_ppo_cartpole.gin"):
+                 "ppo_cartpole.gin", "async_ppo_cartpole.gin",
+                 *(f"{prefix}ppo_bullet_{env}.gin" for env in LOCOMOTION
+                   for prefix in ("", "async_"))):
         assert name in CONFIGS
 
 
@@ -67,8 +72,8 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
     assert sync["env_name"] == "HumanoidBulletEnv-v0"
 
 
-@pytest.mark.parametrize("stem", ["ppo_bullet_inverted_pendulum", "ppo_bullet_half_cheetah",
-                                  "ppo_cartpole"])
+@pytest.mark.parametrize("stem", ["ppo_bullet_inverted_pendulum", "ppo_cartpole",
+                                  *(f"ppo_bullet_{env}" for env in LOCOMOTION)])
 def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
     values = {}
     for name in (f"{stem}.gin", f"async_{stem}.gin"):
@@ -117,3 +122,22 @@ def test_async_sac_differs_from_sync_only_in_the_async_bindings(tmp_path):
     assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors", "replay.strict"}
     assert sync["algorithm"] == "sac" and sync["replay.env_steps_per_gradient_step"] == 1.0
     assert sync["learner.batch_size"] == 256 and sync["learner.gamma"] == 0.98
+
+
+@pytest.mark.parametrize("name", [f"{prefix}ppo_bullet_{env}.gin" for env in LOCOMOTION[1:]
+                                  for prefix in ("", "async_")])
+def test_locomotion_config_trains_a_few_iterations(name, tmp_path):
+    """Each suite config runs as shipped but for its sizes: its env, network,
+    learner settings and number of actors (2 async ones as processes)."""
+    parse_config([name])
+    gin.bind_parameter("PPOLearner.mini_batch_size", 16)
+    gin.bind_parameter("PPOLearner.num_epochs", 1)
+    try:
+        trainer = Trainer(root_dir=str(tmp_path / "run"), num_envs=2, unroll_length=16,
+                          num_iterations=2, num_env_steps=0)
+        counters = trainer.train()
+        expected_actors = 2 if name.startswith("async_") else 1
+        assert trainer.settings.num_actors == expected_actors
+    finally:
+        gin.clear_config()
+    assert counters["iteration"] == 2 and counters["env_steps"] == 2 * 2 * 16
