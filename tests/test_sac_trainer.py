@@ -59,7 +59,7 @@ def train(root, s: TrainerSettings, replay: ReplaySettings) -> Trainer:
 def test_the_ratio_holds_whichever_side_is_faster(tmp_path, env, ratio, learner_waits):
     replay = ReplaySettings(capacity=10_000, learning_starts=100,
                             env_steps_per_gradient_step=ratio, publish_interval=4)
-    s = settings(env, num_env_steps=2400 if env == FAST_ENV else 1600)
+    s = settings(env, num_env_steps=1200 if env == FAST_ENV else 1600)
     trainer = train(tmp_path / "run", s, replay)
     env_steps, grads = trainer.counters["env_steps"], trainer.learner.gradient_steps
     achieved = (env_steps - replay.learning_starts) / grads
