@@ -140,3 +140,28 @@ def test_a_resumed_run_drops_evaluations_past_its_checkpoint(tmp_path):
         f.write('{"iteration": 8, "env_st')  # torn by a crash
     truncate_metrics_file(path, 512, key="env_steps")
     assert [r["env_steps"] for r in _eval_rows(str(tmp_path))] == [256, 512]
+
+
+def test_a_failing_evaluator_is_reported_once_and_training_goes_on(tmp_path, caplog):
+    """Weights that do not fit the evaluator's network (a stand-in for any
+    failure in its process): one error naming the cause, no more requests, and
+    the caller is never raised to."""
+    settings = TrainerSettings(**_settings(eval_interval_env_steps=1, eval_episodes=2))
+    observation_dim, action_spec, _ = env_spec(ENV, 60)
+    wrong = PPOLearner(observation_dim + 3, action_spec, seed=0).weight_arrays()
+    evaluation = Evaluation(settings, observation_dim, action_spec, lambda: wrong, "")
+    metrics = MetricsRecorder(str(tmp_path), tensorboard=False)
+    try:
+        evaluation.start(0)
+        evaluation.after_iteration({"iteration": 1, "env_steps": 1, "wall_time": 0.0}, metrics)
+        with caplog.at_level("ERROR", logger="alf_async"):
+            evaluation.finish({"iteration": 1, "env_steps": 1, "wall_time": 0.0}, metrics)
+            evaluation.after_iteration({"iteration": 2, "env_steps": 2, "wall_time": 0.0},
+                                       metrics)
+    finally:
+        evaluation.close()
+        metrics.close()
+    assert evaluation.failed
+    stopped = [r.getMessage() for r in caplog.records if "evaluation stopped" in r.getMessage()]
+    assert len(stopped) == 1 and "size mismatch" in stopped[0], stopped
+    assert not os.path.exists(os.path.join(str(tmp_path), EVAL_FILE))

@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from alf_async.metrics import IterationRecord
+from alf_async.iteration_record import IterationRecord
 
 # Files a sweep directory holds beside its runs (written by alf_async.sweep).
 SWEEP_FILE = "sweep.json"  # the sweep's command line and grid

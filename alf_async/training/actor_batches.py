@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from alf_async.env_failure_log import EnvFailureReporter, log_env_failures
-from alf_async.metrics import IterationRecord
+from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.actor_pool import ActorPool
 from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory

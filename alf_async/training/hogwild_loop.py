@@ -26,7 +26,7 @@ from alf_async.hogwild.shared_state import GlobalState
 from alf_async.hogwild.worker import from_bytes
 from alf_async.hogwild.workers import WorkerGroup
 from alf_async.env_failure_log import EnvFailureReporter
-from alf_async.metrics import NAN, IterationRecord
+from alf_async.iteration_record import NAN, IterationRecord
 from alf_async.runtime.actor_pool import check_restart_allowed, last_line
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.training.loop import RunContext

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Mapping, Optional, Protocol
 
-from alf_async.metrics import NAN, IterationRecord, MetricsRecorder
+from alf_async.iteration_record import NAN, IterationRecord
+from alf_async.metrics import MetricsRecorder
 from alf_async.settings import TrainerSettings
 from alf_async.signals import GracefulStop
 

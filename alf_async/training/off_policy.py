@@ -33,7 +33,7 @@ from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from alf_async.metrics import IterationRecord
+from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.runtime.replay_buffer import ReplayBuffer

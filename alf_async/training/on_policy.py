@@ -15,7 +15,7 @@ import contextlib
 import time
 from typing import Any, ContextManager, Dict, Mapping, Optional
 
-from alf_async.metrics import IterationRecord
+from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import TrainerSettings
 from alf_async.training.actor_batches import ActorBatches
