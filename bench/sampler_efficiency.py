@@ -19,10 +19,14 @@ command) and reads its metrics.jsonl. After skipping ``--warmup`` iterations:
   this process, measured after the run (nothing else running);
 - efficiency = actor_steps_per_s / raw_steps_per_s (target >= 0.85), and
   end_to_end_efficiency likewise;
+- limit_steps_per_s: the machine's raw limit for this configuration, measured
+  in the same run: K envs stepped by max(W, 1) processes at once (K / W each,
+  random actions, no policy, no communication; ``measure_raw_env_processes``),
+  and limit_fraction = actor_steps_per_s / limit_steps_per_s (target >= 0.85);
+  raw_one_process_steps_per_s is the same with one process;
 - machine_fraction = actor_steps_per_s / (cores x raw one-process rate): the
-  share of what the machine's cores can step (the raw rate of K envs stepped in
-  one process, W = 0, times the number of usable cores), the gap to the
-  machine's limit (target >= 0.85 for W = cores).
+  older estimate of the limit, kept for comparison with earlier reports (the
+  cores of a VM need not scale; the measured limit above is the one to read).
 
 Each W >= 1 is measured with ``--splits`` (default 1 and 2: double-buffered
 sampling, ``Trainer.env_splits``); W = 0 only with 1 split (in one process the
@@ -40,7 +44,8 @@ depend on scheduling; compare ``load_avg_1m`` before trusting them.
 
 Output: one JSON line {"bench": "sampler_efficiency", ..., "raw_one_process_steps_per_s":
 ..., "cores": ..., "results": [{"W": ..., "splits": ..., "efficiency": ...,
-"machine_fraction": ..., "pass": ...}, ...], "pass": all passed}.
+"limit_steps_per_s": ..., "limit_fraction": ..., "machine_fraction": ..., "pass":
+...}, ...], "pass": all passed}.
 
 Full size:  python -m bench.sampler_efficiency
 HalfCheetah: python -m bench.sampler_efficiency --gin_file ppo_bullet_half_cheetah.gin --num_envs 16
@@ -104,13 +109,19 @@ def run_one(args: argparse.Namespace, env_name: str, w: int, splits: int,
     actor_rate = steps / summary["U"]
     e2e_rate = steps / (summary["T"] - summary["L"])
     raw = benchlib.measure_raw_env(env_name, K, w, args.raw_unrolls * T, seed=1)
+    limit = benchlib.measure_raw_env_processes(env_name, K, max(w, 1),
+                                               args.raw_unrolls * T, seed=1)["steps_per_s"]
     efficiency = actor_rate / raw["steps_per_s"]
     machine_fraction = actor_rate / (cores * raw_one_process)
     logger.info("W=%d S=%d: actor %.0f steps/s, end-to-end %.0f, raw %.0f -> efficiency "
-                "%.3f, %.3f of %d x %.0f", w, splits, actor_rate, e2e_rate,
-                raw["steps_per_s"], efficiency, machine_fraction, cores, raw_one_process)
+                "%.3f; limit of %d process(es) %.0f -> %.3f; %.3f of %d x %.0f", w, splits,
+                actor_rate, e2e_rate, raw["steps_per_s"], efficiency, max(w, 1), limit,
+                actor_rate / limit, machine_fraction, cores, raw_one_process)
     return {"W": w, "splits": splits, "actor_steps_per_s": actor_rate,
             "end_to_end_steps_per_s": e2e_rate,
+            "limit_processes": max(w, 1), "limit_steps_per_s": limit,
+            "limit_fraction": actor_rate / limit,
+            "end_to_end_limit_fraction": e2e_rate / limit,
             "raw_steps_per_s": raw["steps_per_s"], "efficiency": efficiency,
             "end_to_end_efficiency": e2e_rate / raw["steps_per_s"],
             "machine_fraction": machine_fraction,
