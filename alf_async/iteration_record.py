@@ -131,7 +131,6 @@ class IterationRecord:
 TENSORBOARD_TAGS = {
     "episode_return": "episode/return",
     "episode_length": "episode/length",
-    "eval_return": "eval/return",
     "T": "throughput/T",
     "EPS": "throughput/EPS",
     "env_steps_per_s": "throughput/env_steps_per_s",

@@ -163,7 +163,7 @@ class MetricsRecorder:
         if self._writer is not None:
             scalars = record.scalars()
             self._add_scalars(((tag, scalars[key]) for key, tag in TENSORBOARD_TAGS.items()
-                               if key in scalars and key != "eval_return"),
+                               if key in scalars),
                               int(record.env_steps))
         return record
 
@@ -180,6 +180,7 @@ class MetricsRecorder:
         self._new_eval = (float(row["eval_return"]), steps)
         self.last_eval = dict(row)
         if self._writer is not None:
+            # At the weights' env steps, not the row's: not in TENSORBOARD_TAGS.
             self._add_scalars([("eval/return", float(row["eval_return"])),
                                ("eval/return_std", float(row["eval_return_std"])),
                                ("eval/episode_length", float(row["eval_episode_length"]))],

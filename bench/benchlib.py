@@ -274,6 +274,21 @@ def _terminate(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
         proc.wait()
 
 
+def read_jsonl(path: str) -> List[Dict[str, Any]]:
+    """Rows of a JSON-lines file such as a bench's results or eval.jsonl (a
+    missing file or a torn line is tolerated)."""
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
 def read_metrics(path: str) -> List[Dict[str, Any]]:
     """Rows of a metrics.jsonl (a missing file or a torn last line are tolerated)."""
     if not os.path.isfile(path):

@@ -118,13 +118,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def read_results(path: str) -> List[Dict[str, Any]]:
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def one_run(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     """Train configuration ``name`` with ``seed`` to the threshold or the budget."""
     gin_file, params = CONFIGS[name]
@@ -210,7 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.table:
         for name in args.configs:
             for seed in args.seeds:
-                done = read_results(args.results)
+                done = benchlib.read_jsonl(args.results)
                 if any(r["config"] == name and r["seed"] == seed
                        and r.get("threshold") == args.threshold
                        and r.get("max_env_steps_budget") == args.max_env_steps for r in done):
@@ -224,7 +217,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                             if result["pass"] else "not reached")
                 with open(args.results, "a", encoding="utf-8") as f:
                     f.write(json.dumps(result) + "\n")
-    summary = summarize(read_results(args.results), args.threshold)
+    summary = summarize(benchlib.read_jsonl(args.results), args.threshold)
     print(markdown_table(summary), file=sys.stderr)
     benchlib.emit({"bench": "lag_study", "threshold": args.threshold,
                    "results": os.path.abspath(args.results), "configs": summary,

@@ -56,11 +56,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any, Dict, List
 
 
+from alf_async.utils.process import usable_cores
 from bench import benchlib
 
 logger = logging.getLogger("bench")
@@ -138,7 +138,7 @@ def main(argv: List[str] = None) -> int:
     benchlib.setup_logging()
     args = parse_args(argv)
     env_name = env_name_of(args)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     raw_one = benchlib.measure_raw_env(env_name, args.num_envs, 0,
                                        args.raw_unrolls * args.unroll_length, seed=1)
     logger.info("raw, one process, K=%d: %.0f steps/s; %d cores", args.num_envs,

@@ -98,20 +98,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def read_jsonl(path: str) -> List[Dict[str, Any]]:
-    """Rows of a JSON-lines file (missing file or torn last line tolerated)."""
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
 def first_at_or_above(evals: Sequence[Dict[str, Any]], score: float) -> Optional[Dict[str, Any]]:
     """The first evaluation whose mean return is >= ``score``."""
     return next((e for e in evals if e["eval_return"] >= score), None)
@@ -128,7 +114,7 @@ def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
 
 def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
     """The figures of one finished run, from its eval.jsonl and metrics.jsonl."""
-    evals = read_jsonl(os.path.join(run_dir, "eval.jsonl"))
+    evals = benchlib.read_jsonl(os.path.join(run_dir, "eval.jsonl"))
     rows = benchlib.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     _, zoo = ZOO_PPO_SCORES[env]
     result: Dict[str, Any] = {"env": env, "mode": mode, "seed": seed, "zoo_score": zoo,
@@ -279,7 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for seed in args.seeds:
             for env in args.envs:
                 for mode in args.modes:
-                    done = read_jsonl(args.results)
+                    done = benchlib.read_jsonl(args.results)
                     if any(r["env"] == env and r["mode"] == mode and r["seed"] == seed
                            and r.get("max_env_steps") == args.max_env_steps for r in done):
                         logger.info("%s %s seed %d: already in %s", env, mode, seed,
@@ -289,7 +275,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if result is not None:
                         with open(args.results, "a", encoding="utf-8") as f:
                             f.write(json.dumps(result) + "\n")
-    results = read_jsonl(args.results)
+    results = benchlib.read_jsonl(args.results)
     summary = summarize(results)
     print(markdown_tables(summary), file=sys.stderr)
     figures = plot(results, args.plot_dir) if args.plot_dir else []

@@ -77,8 +77,9 @@ class WorkerGroup:
             state=self.global_state,
             local_state=None if local_state is None else to_bytes(local_state),
             parent_pid=os.getpid())
-        parent_conn, child_conn = torch_child_context().Pipe()
-        process = start_child(torch_child_context(), worker_process_main, (launch, child_conn),
+        ctx = torch_child_context()
+        parent_conn, child_conn = ctx.Pipe()
+        process = start_child(ctx, worker_process_main, (launch, child_conn),
                               name=f"alf_async-hogwild-{w}")
         child_conn.close()
         self.handles[w] = handle = WorkerHandle(process, parent_conn, generation,

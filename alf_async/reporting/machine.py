@@ -11,6 +11,8 @@ import os
 import platform
 from typing import Dict, Optional
 
+from alf_async.utils.process import usable_cores
+
 PACKAGES = ("torch", "gymnasium", "pybullet", "numpy", "gin-config", "alf_async")
 
 
@@ -55,10 +57,6 @@ def gpu_names() -> list:
 def describe_machine() -> Dict[str, object]:
     """CPU count and model, memory, GPUs, OS and library versions."""
     try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    try:
         import psutil
 
         memory_gb = round(psutil.virtual_memory().total / 2 ** 30, 1)
@@ -66,7 +64,7 @@ def describe_machine() -> Dict[str, object]:
         memory_gb = None
     return {
         "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
+        "cpus_usable": usable_cores(),
         "cpu_model": cpu_model(),
         "memory_gb": memory_gb,
         "gpus": gpu_names(),

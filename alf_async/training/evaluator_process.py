@@ -15,6 +15,8 @@ seeded run trains the same with evaluation on or off.
 
 from __future__ import annotations
 
+import functools
+import pickle
 import signal
 import time
 import traceback
@@ -104,22 +106,21 @@ def play_episodes(policy: Any, envs: Sequence[Any], seed: int) -> Tuple[List[flo
 
 
 def _build(launch: EvaluatorLaunch) -> Tuple[Any, List[Any]]:
-    """(deterministic policy, envs) of the run, in this process."""
-    import gin
-    import torch
-
+    """(deterministic policy, envs) of the run, in this process: the policy is
+    built the way an actor process builds its own (``build_policy_factory``:
+    one torch thread, the run's network bindings)."""
     from alf_async.config import gin_imports
     from alf_async.envs.gym_env import import_env_modules, make_env
+    from alf_async.runtime.actor import build_policy_factory
 
-    torch.set_num_threads(1)
     import_env_modules(gin_imports(launch.gin_config))
     if launch.algorithm == "sac":
         from alf_async.algorithms.sac_policy import SACPolicy as policy_class
     else:
         from alf_async.algorithms.policy import NeuralPolicy as policy_class
-    # The network sizes; bindings of what this process never builds are skipped.
-    gin.parse_config(launch.gin_config, skip_unknown=True)
-    policy = policy_class(launch.observation_dim, launch.action_spec, deterministic=True)
+    factory = build_policy_factory(
+        pickle.dumps(functools.partial(policy_class, deterministic=True)), launch.gin_config)
+    policy = factory(launch.observation_dim, launch.action_spec, 0)
     envs = [make_env(launch.env_name, max_episode_steps=launch.max_episode_steps,
                      time_feature=launch.time_feature) for _ in range(launch.num_episodes)]
     return policy, envs

@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1
 
@@ -81,15 +81,21 @@ def _leave_forkserver_clients() -> None:
         server._forkserver_alive_fd = None
 
 
+def _proc_stat(pid: object) -> List[bytes]:
+    """The fields of /proc/<pid>/stat after the command name, from "state" on
+    (field 3 of proc(5) is index 0). Raises OSError if there is no such file."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    return stat[stat.rindex(b")") + 2:].split()
+
+
 def _parent_of(pid: int) -> Optional[int]:
     """The parent pid of process ``pid`` (None if it is gone)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        return int(_proc_stat(pid)[1])
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    return int(stat[stat.rindex(b")") + 2:].split()[1])
 
 
 def started_by(pid: int) -> bool:
@@ -213,10 +219,7 @@ def seconds_since_process_start() -> float:
     second).
     """
     try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])
-        started = ticks / os.sysconf("SC_CLK_TCK")
+        started = int(_proc_stat("self")[19]) / os.sysconf("SC_CLK_TCK")
         return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
     except (OSError, ValueError, AttributeError):
         import psutil
