@@ -46,6 +46,7 @@ CONFIGURABLE_MODULES = (
     "alf_async.checkpoint",
     "alf_async.metrics",
     "alf_async.settings",
+    "alf_async.ray_settings",
 )
 
 CONFIG_PATH_ENV = "ALF_ASYNC_CONFIG_PATH"

@@ -18,6 +18,7 @@ from typing import Callable
 
 import psutil
 
+from alf_async.envs.gym_env import quiet_stdout
 from alf_async.runtime.replay_buffer import replay_nbytes
 from alf_async.runtime.trajectory import trajectory_nbytes
 from alf_async.settings import ReplaySettings, TrainerSettings
@@ -86,11 +87,13 @@ def env_memory_bytes(make_env: Callable[[], object]) -> int:
     process = psutil.Process()
     first = make_env()
     try:
-        first.reset(seed=0)
+        with quiet_stdout():  # PyBullet prints 'argv[0]=' when it connects
+            first.reset(seed=0)
         before = process.memory_info().rss
         second = make_env()
         try:
-            second.reset(seed=1)
+            with quiet_stdout():
+                second.reset(seed=1)
             return max(0, process.memory_info().rss - before)
         finally:
             second.close()

@@ -20,8 +20,9 @@ Groups (by concern):
 - resources: max_trajectory_memory_gb, learner_num_threads;
 - policy lag: max_lag.
 
-``RayBackendSettings`` (gin ``RayBackend.*``) holds what only the Ray backend
-reads: where the cluster is, and what each Ray actor asks of it.
+``RayBackendSettings`` (gin ``RayBackend.*``, in ``ray_settings.py``) holds
+what only the Ray backend reads: where the cluster is, and what each Ray actor
+asks of it.
 ``ReplaySettings`` (gin ``Replay.*``) holds what only off-policy runs read: the
 replay buffer and the env-steps : gradient-steps ratio.
 ``HogwildSettings`` (gin ``Hogwild.*``) holds what only Hogwild runs read: how
@@ -31,12 +32,14 @@ the workers share the networks.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional
+from typing import Any, ClassVar, Dict, Optional, Union
 
 import gin
 
+from alf_async.ray_settings import RAY_REQUIREMENT, ray_installed
+from alf_async.sampling_choice import AUTO, choose_sampling
+from alf_async.utils.process import usable_cores
 from alf_async.utils.seeding import derive_seed
 from alf_async.utils.validation import ConfigError, rule, validate_fields
 
@@ -46,19 +49,7 @@ RUNTIMES = ("actor_learner", "hogwild")
 HOGWILD_MODES = ("shared", "synced")
 HOGWILD_GIN_NAME = "Hogwild"
 GIN_NAME = "Trainer"
-RAY_GIN_NAME = "RayBackend"
 REPLAY_GIN_NAME = "Replay"
-PLACEMENT_STRATEGIES = ("SPREAD", "PACK")
-# The Ray versions the "ray" extra of setup.py admits (tested with 2.60).
-RAY_REQUIREMENT = "ray>=2.40,<3"
-
-
-def ray_installed() -> bool:
-    """Whether ``import ray`` can succeed (without importing it)."""
-    try:
-        return importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None
-        return False
 
 
 @gin.configurable(GIN_NAME)
@@ -79,12 +70,15 @@ class TrainerSettings:
         env_name: gymnasium id, e.g. ``HumanoidBulletEnv-v0``.
         num_envs: K, envs per actor. EPS = K / T.
         num_env_workers: W, env-worker processes per actor (0: envs step inside
-            the actor process).
+            the actor process), or "auto": chosen from the cores this process may
+            use and N, and logged at start (the rule: ``sampling_choice.py``,
+            docs/async_guide.md).
         env_splits: S, groups the actor's K envs are stepped in (double-buffered
-            sampling). With S = 2 and W >= 1 the actor computes the actions of
-            one half of its envs while the env workers step the other half, so
-            inference leaves the critical path; with W = 0 splitting changes
-            nothing but the order of work. Each env worker needs >= S envs.
+            sampling), or "auto" (as for W). With S = 2 and W >= 1 the actor
+            computes the actions of one half of its envs while the env workers
+            step the other half, so inference leaves the critical path; with
+            W = 0 splitting changes nothing but the order of work. Each env
+            worker needs >= S envs.
             Trajectories are the same for any S given the same actions (a
             stochastic policy draws its samples in another order, and a
             network's outputs may differ in the last bits with the batch size).
@@ -147,8 +141,8 @@ class TrainerSettings:
     runtime: str = field(default="actor_learner", metadata=rule("choice", choices=RUNTIMES))
     env_name: str = field(default="InvertedPendulumBulletEnv-v0", metadata=rule("str"))
     num_envs: int = field(default=8, metadata=rule("int", low=1))
-    num_env_workers: int = 0
-    env_splits: int = field(default=1, metadata=rule("int", low=1))
+    num_env_workers: Union[int, str] = field(default=AUTO, metadata=rule("int", low=0, auto=True))
+    env_splits: Union[int, str] = field(default=AUTO, metadata=rule("int", low=1, auto=True))
     num_actors: int = field(default=1, metadata=rule("int", low=1))
     unroll_length: int = field(default=128, metadata=rule("int", low=1))
     slots_per_actor: int = field(default=1, metadata=rule("int", low=1))
@@ -173,8 +167,9 @@ class TrainerSettings:
 
     def __post_init__(self) -> None:
         validate_fields(self, GIN_NAME)
+        self._resolve_sampling()
         w = self.num_env_workers
-        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= self.num_envs:
+        if w > self.num_envs:
             raise ConfigError(f"Trainer.num_env_workers must be an integer in "
                               f"[0, num_envs={self.num_envs}], got {w!r}")
         if self.num_envs // max(w, 1) < self.env_splits:
@@ -199,6 +194,37 @@ class TrainerSettings:
         if self.backend == "inprocess" and self.num_actors != 1:
             raise ConfigError("Trainer.backend='inprocess' runs one actor; set "
                               f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")
+
+    def _resolve_sampling(self, env_step_s: Optional[float] = None) -> None:
+        """Replace "auto" in num_env_workers / env_splits by the values
+        ``choose_sampling`` gives for this machine; the configured values stay in
+        ``configured_sampling`` (``replace`` resolves them again) and the reason
+        in ``sampling_reason`` (logged when the run starts)."""
+        configured = getattr(self, "configured_sampling",
+                             (self.num_env_workers, self.env_splits))
+        choice = choose_sampling(*configured, cores=usable_cores(), num_actors=self.num_actors,
+                                 num_envs=self.num_envs, runtime=self.runtime,
+                                 algorithm=self.algorithm, backend=self.backend,
+                                 env_step_s=env_step_s)
+        object.__setattr__(self, "configured_sampling", configured)
+        object.__setattr__(self, "sampling_reason", choice.reason)
+        object.__setattr__(self, "num_env_workers", choice.num_env_workers)
+        object.__setattr__(self, "env_splits", choice.env_splits)
+
+    @property
+    def sampling_is_auto(self) -> bool:
+        """Whether num_env_workers or env_splits was configured as "auto"."""
+        return AUTO in getattr(self, "configured_sampling", ())
+
+    def fitted_to_env(self, env_step_s: float) -> "TrainerSettings":
+        """A copy whose "auto" sampling settings also weigh the env's measured
+        step time (seconds; rule 3 of ``sampling_choice``: cheap envs step in
+        the actor); ``self`` when neither setting is "auto"."""
+        if not self.sampling_is_auto:
+            return self
+        fitted = self.replace()
+        fitted._resolve_sampling(env_step_s)
+        return fitted
 
     # -- derived values -------------------------------------------------------
     @property
@@ -230,8 +256,10 @@ class TrainerSettings:
         return derive_seed(self.seed, actor_id, epoch, generation, 2)
 
     def replace(self, **changes: Any) -> "TrainerSettings":
-        """A copy with ``changes`` (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (validated again; "auto" sampling settings are
+        resolved again for the copy's N and K)."""
+        w, s = getattr(self, "configured_sampling", (self.num_env_workers, self.env_splits))
+        return dataclasses.replace(self, **{"num_env_workers": w, "env_splits": s, **changes})
 
     def changes_since(self, saved: Dict[str, Any]) -> str:
         """'name old -> new, ...' for fields that differ from ``saved`` (as_dict())."""
@@ -239,82 +267,13 @@ class TrainerSettings:
                          if hasattr(self, k) and getattr(self, k) != v)
 
     def as_dict(self) -> Dict[str, Any]:
-        """Plain values, for checkpoints and logs."""
+        """Plain values, for checkpoints and logs ("auto" settings resolved)."""
         return dataclasses.asdict(self)
 
-
-@gin.configurable(RAY_GIN_NAME)
-@dataclass(frozen=True)
-class RayBackendSettings:
-    """Where the Ray backend finds its cluster and what each Ray actor asks of it.
-
-    Read only when ``Trainer.backend = "ray"``; bound in gin as
-    ``RayBackend.<name>``.
-
-    Args:
-        address: the Ray cluster to use. None starts a local Ray instance for
-            the run (listening on loopback only) and shuts it down at the end;
-            "auto" joins the cluster running on this machine (``ray start
-            --head`` here, or ``ray start --address=...`` to join this machine to
-            one); "ray://host:port" connects through Ray Client; "host:port"
-            joins that cluster's GCS. A driver already connected (``ray.init``
-            called by the user) is used as it is.
-        num_cpus_per_actor: CPUs each Ray actor reserves on its node (None:
-            1 + Trainer.num_env_workers, the actor process and its env
-            workers).
-        resources_per_actor: custom resources each actor asks for, e.g.
-            ``{"simulator": 1}`` to place actors on nodes started with
-            ``ray start --resources='{"simulator": 4}'``.
-        placement_strategy: "SPREAD" (actors go to different nodes where they
-            fit: the envs of N actors get N nodes' cores) or "PACK" (actors fill
-            one node before the next: a placement group with one bundle per
-            actor; a restarted actor goes back to its bundle).
-        num_cpus: logical CPUs of a local instance (address None; None: the
-            machine's cores, or N x the actors' CPUs if more, so that every
-            actor fits; the actors then share the cores as actor processes do).
-        object_store_memory_mb: object-store size of a local instance in MiB
-            (None: Ray's default, 30% of the memory).
-        connect_timeout_s: seconds to wait for the actors' resources to become
-            available before the run fails naming what could not be placed.
-    """
-
-    gin_name: ClassVar[str] = RAY_GIN_NAME
-
-    address: Optional[str] = field(default=None, metadata=rule("str", optional=True))
-    num_cpus_per_actor: Optional[float] = field(default=None, metadata=rule(
-        "number", low=0, optional=True))
-    resources_per_actor: Mapping[str, float] = field(default_factory=dict)
-    placement_strategy: str = field(default="SPREAD", metadata=rule(
-        "choice", choices=PLACEMENT_STRATEGIES))
-    num_cpus: Optional[int] = field(default=None, metadata=rule("int", low=1, optional=True))
-    object_store_memory_mb: Optional[int] = field(default=None, metadata=rule(
-        "int", low=80, optional=True))
-    connect_timeout_s: float = field(default=120.0, metadata=rule("number", low=0,
-                                                                  low_open=True))
-
-    def __post_init__(self) -> None:
-        validate_fields(self, RAY_GIN_NAME)
-        resources = self.resources_per_actor
-        if not isinstance(resources, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-                and v >= 0 for k, v in resources.items()):
-            raise ConfigError(f"RayBackend.resources_per_actor must map resource names to "
-                              f"amounts >= 0, e.g. {{'simulator': 1}}; got {resources!r}")
-        reserved = sorted(set(resources) & {"CPU", "GPU", "memory", "object_store_memory"})
-        if reserved:
-            raise ConfigError(f"RayBackend.resources_per_actor takes custom resources only; "
-                              f"set CPUs with RayBackend.num_cpus_per_actor (got {reserved})")
-        if (self.placement_strategy == "PACK" and self.num_cpus_per_actor == 0
-                and not any(resources.values())):
-            raise ConfigError("RayBackend.placement_strategy='PACK' needs a positive amount "
-                              "per actor: RayBackend.num_cpus_per_actor > 0 or a custom "
-                              "resource in RayBackend.resources_per_actor")
-
-    def actor_cpus(self, num_env_workers: int) -> float:
-        """CPUs one actor reserves: the knob, or 1 + W."""
-        if self.num_cpus_per_actor is not None:
-            return float(self.num_cpus_per_actor)
-        return 1.0 + num_env_workers
+    def configured_dict(self) -> Dict[str, Any]:
+        """``as_dict`` with the sampling settings as configured ("auto" kept)."""
+        w, s = getattr(self, "configured_sampling", (self.num_env_workers, self.env_splits))
+        return {**self.as_dict(), "num_env_workers": w, "env_splits": s}
 
 
 @gin.configurable(REPLAY_GIN_NAME)

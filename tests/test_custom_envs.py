@@ -61,7 +61,8 @@ def test_user_env_trains_with_env_workers_and_two_actors(user_project, form):
     result = train([f"--gin_file={gin_file}", f"--root_dir={root}",
                     *[f"--gin_param={p}" for p in params]], elsewhere, project)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "2 actor(s) x 4 envs (process backend, 2 env workers each)" in result.stderr
+    assert ("2 actor(s) x 4 envs (process backend, 2 env workers and 2 env split(s) each)"
+            in result.stderr)
     row = last_row(root)
     assert row["iteration"] == 6 and row["actor_restarts"] == 0 and row["env_failures"] == 0
     # Resuming needs only the run directory (the saved config imports the module).

@@ -60,7 +60,7 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
         parse_config([name])
         trainer = Trainer(root_dir=str(tmp_path / name))
         learner = trainer.learner
-        values[name] = dict(trainer.settings.as_dict())
+        values[name] = trainer.settings.configured_dict()  # "auto" W and S unresolved
         values[name].update({f"learner.{k}": v for k, v in vars(learner).items()
                              if isinstance(v, (int, float, str, bool))})
         gin.clear_config()
@@ -80,7 +80,7 @@ def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
         parse_config([name])
         try:
             trainer = Trainer(root_dir=str(tmp_path / name))
-            values[name] = dict(trainer.settings.as_dict())
+            values[name] = trainer.settings.configured_dict()  # "auto" W and S unresolved
             values[name].update({f"learner.{k}": v for k, v in vars(trainer.learner).items()
                                  if isinstance(v, (int, float, str, bool))})
         finally:

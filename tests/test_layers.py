@@ -22,6 +22,8 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(alf_async.__file__))
 # package or top-level module -> layer (higher may import lower)
 LAYERS = {
     "utils": 0,
+    # What settings.py builds on: the meaning of "auto" sampling, Ray's settings.
+    "sampling_choice": 0.5, "ray_settings": 0.5,
     "settings": 1, "config": 1,
     "envs": 2, "networks": 3,
     "runtime": 3,

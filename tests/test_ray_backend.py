@@ -33,7 +33,7 @@ from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.runtime.ray_cluster import least_used_node
 from alf_async.runtime.ray_pool import RayActorPool
 from alf_async.runtime.weight_store import weights_digest
-from alf_async.settings import RayBackendSettings
+from alf_async.ray_settings import RayBackendSettings
 from scripted_policy import ScriptedPolicy
 from test_runtime_equivalence import (ACT_DIM, OBS_DIM, assert_same_trajectory, copy_batch,
                                       make_config, reference_actor, weights)

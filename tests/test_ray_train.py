@@ -142,7 +142,7 @@ def test_the_library_does_not_import_ray():
     ({"placement_strategy": "PACK", "num_cpus_per_actor": 0}, "RayBackend.placement_strategy"),
 ])
 def test_bad_ray_settings_name_the_parameter(changes, named):
-    from alf_async.settings import RayBackendSettings
+    from alf_async.ray_settings import RayBackendSettings
     from alf_async.utils.validation import ConfigError
 
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
@@ -150,7 +150,7 @@ def test_bad_ray_settings_name_the_parameter(changes, named):
 
 
 def test_actor_cpus_default_to_one_plus_env_workers():
-    from alf_async.settings import RayBackendSettings
+    from alf_async.ray_settings import RayBackendSettings
 
     assert RayBackendSettings().actor_cpus(2) == 3.0
     assert RayBackendSettings(num_cpus_per_actor=0.5).actor_cpus(2) == 0.5

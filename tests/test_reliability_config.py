@@ -39,7 +39,8 @@ BAD_BINDINGS = [
     # With the demo's K = 8 (31 GiB of trajectory slots).
     (("Trainer.num_envs=8", "Trainer.unroll_length=100000000"),
      r"trajectory slots would need [\d.]+ GiB of shared memory.*unroll_length=100000000"),
-    ("Trainer.num_env_workers=-1", r"Trainer\.num_env_workers must be an integer in \[0, "),
+    ("Trainer.num_env_workers=-1", r"Trainer\.num_env_workers must be an integer >= 0 or 'auto', "
+                                   r"got -1"),
     ("Trainer.num_env_workers=1.5", r"Trainer\.num_env_workers must be an integer"),
     ("Trainer.checkpoint_interval=0", r"Trainer\.checkpoint_interval must be an integer >= 1"),
     ("Trainer.slots_per_actor=0", r"Trainer\.slots_per_actor must be an integer >= 1"),

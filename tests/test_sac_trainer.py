@@ -40,8 +40,11 @@ def small_sac():
 
 
 def settings(env: str = FAST_ENV, **overrides) -> TrainerSettings:
+    # W = 0 as the tests' process counts assume (no "auto": its env probe would
+    # step the exiting env once before the actors do).
     base = dict(algorithm="sac", env_name=env, num_envs=4, unroll_length=4, num_actors=2,
-                num_env_steps=1600, checkpoint_interval=10_000, actor_timeout_s=60.0)
+                num_env_workers=0, env_splits=1, num_env_steps=1600,
+                checkpoint_interval=10_000, actor_timeout_s=60.0)
     base.update(overrides)
     return TrainerSettings(**base)
 

@@ -23,7 +23,8 @@ import time
 from typing import Any, Dict, Optional, Sequence
 
 from alf_async.runtime.actor_pool import ActorStartupError, last_line
-from alf_async.settings import RayBackendSettings, TrainerSettings
+from alf_async.ray_settings import RayBackendSettings
+from alf_async.settings import TrainerSettings
 
 logger = logging.getLogger("alf_async")
 

@@ -51,7 +51,8 @@ from alf_async.runtime.ray_actor import RayActorLaunch, _RayActor
 from alf_async.runtime.ray_cluster import (RayConnection, _collect_stopped,
                                           _describe_ray_error, _wait_for_exit)
 from alf_async.runtime.scheduler import LagScheduler
-from alf_async.settings import RayBackendSettings, TrainerSettings
+from alf_async.ray_settings import RayBackendSettings
+from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")

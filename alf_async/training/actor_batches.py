@@ -57,9 +57,10 @@ class ActorBatches:
                                     self.observation_dim, self.action_dim, run.gin_config,
                                     epoch=int(run.counters["iteration"]))
         self.publish(version)
-        logger.info("starting %d actor(s) x %d envs (%s backend, %d env workers each), "
-                    "unroll_length %d%s", s.num_actors, s.num_envs, s.backend,
-                    s.num_env_workers, s.unroll_length, ", resumed" if run.resumed else "")
+        logger.info("starting %d actor(s) x %d envs (%s backend, %d env workers and %d "
+                    "env split(s) each), unroll_length %d%s", s.num_actors, s.num_envs,
+                    s.backend, s.num_env_workers, s.env_splits, s.unroll_length,
+                    ", resumed" if run.resumed else "")
         optimizer_ready = threading.Thread(target=build_optimizer, daemon=True,
                                            name="alf_async-build-optimizer")
         optimizer_ready.start()

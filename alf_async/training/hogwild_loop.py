@@ -120,8 +120,9 @@ class HogwildLoop:
         self.workers = WorkerGroup(s, self.replay_settings, self.hogwild, self.global_state,
                                    run.gin_config)
         logger.info("starting %d Hogwild worker(s) (%s mode) x %d envs, %d env workers "
-                    "each, unroll_length %d%s", s.num_actors, self.hogwild.mode,
-                    s.num_envs, s.num_env_workers, s.unroll_length,
+                    "and %d env split(s) each, unroll_length %d%s", s.num_actors,
+                    self.hogwild.mode, s.num_envs, s.num_env_workers, s.env_splits,
+                    s.unroll_length,
                     ", resumed" if run.resumed else "")
         for w in range(s.num_actors):
             self.workers.spawn(w, 0, int(run.counters["iteration"]),

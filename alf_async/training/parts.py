@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
+import gin
 import torch
 
 from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
+from alf_async.config import gin_imports
 from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec, make_env
+from alf_async.envs.step_cost import probe_env_step_seconds
 from alf_async.envs.spaces import ActionSpec, UnsupportedSpaceError
 from alf_async.resources import (MemoryEstimate, check_replay_memory, check_resources,
                                  check_run_memory, env_memory_bytes, estimate_run_memory)
@@ -34,9 +37,11 @@ from alf_async.utils.validation import ConfigError
 
 
 class RunParts(NamedTuple):
-    """A run's learner and loop, what they were built for (O, the env's actions,
-    replay settings or None), the run's memory."""
+    """A run's settings ("auto" sampling resolved for the env), learner and loop,
+    what they were built for (O, the env's actions, replay settings or None), the
+    run's memory."""
 
+    settings: TrainerSettings
     learner: Any
     loop: TrainingLoop
     observation_dim: int
@@ -55,6 +60,7 @@ def read_env_spec(s: TrainerSettings) -> Tuple[int, ActionSpec]:
     except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
         raise ConfigError(f"the env {s.env_name!r} cannot be created: "
                           f"{type(e).__name__}: {e}") from None
+
     return observation_dim, action_spec
 
 
@@ -75,8 +81,13 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
                 replay: Optional[ReplaySettings] = None,
                 hogwild: Optional[HogwildSettings] = None) -> RunParts:
     """Check the run's resources and build its learner and loop."""
+    observation_dim, action_spec = read_env_spec(settings)
     s = settings
-    observation_dim, action_spec = read_env_spec(s)
+    if s.sampling_is_auto and s.backend != "ray":  # "auto" weighs the env's step time
+        env_step_s = probe_env_step_seconds(s.env_name, s.max_episode_steps, s.time_feature,
+                                            s.seed, gin_imports(gin.config_str()))
+        if env_step_s is not None:
+            s = s.fitted_to_env(env_step_s)
     shared = check_resources(s, observation_dim, action_spec.dim)
     if s.off_policy:
         replay = replay or ReplaySettings()
@@ -99,4 +110,4 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
     else:
         loop = OnPolicyLoop(s, learner, policy_factory or NeuralPolicy, observation_dim,
                             action_spec.dim)
-    return RunParts(learner, loop, observation_dim, action_spec, replay, memory)
+    return RunParts(s, learner, loop, observation_dim, action_spec, replay, memory)

@@ -67,8 +67,8 @@ class Trainer:
             settings = TrainerSettings(**overrides)  # gin fills the other fields
         elif overrides:
             settings = settings.replace(**overrides)
-        self.settings = settings
         parts = build_parts(settings, policy_factory, replay, hogwild)
+        self.settings = settings = parts.settings
         self.learner, self.loop = parts.learner, parts.loop
         self.replay_settings = parts.replay
         self.observation_dim, self.action_spec = parts.observation_dim, parts.action_spec
@@ -148,6 +148,8 @@ class Trainer:
         when interrupted; any other exception after stopping every child.
         """
         sweep_stale_blocks()
+        if getattr(self.settings, "sampling_reason", ""):
+            logger.info("sampling: %s", self.settings.sampling_reason)
         logger.info("estimated memory of the run: %s", self.memory.describe())
         resumed = self._restore()
         if self.settings.budget_reached(self.counters["iteration"],

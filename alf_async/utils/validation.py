@@ -26,6 +26,7 @@ class Rule:
     low, high: inclusive bounds (``low_open``: low is exclusive).
     choices: allowed values for kind "choice".
     optional: None is allowed too.
+    auto: the string "auto" is allowed too (resolved later by the owner).
     """
 
     kind: str
@@ -34,6 +35,7 @@ class Rule:
     low_open: bool = False
     choices: Sequence[Any] = ()
     optional: bool = False
+    auto: bool = False
 
 
 def rule(kind: str, **kwargs: Any) -> dict:
@@ -61,8 +63,8 @@ def _describe(r: Rule) -> str:
         bounds.append(f"{'>' if r.low_open else '>='} {r.low:g}")
     if r.high is not None:
         bounds.append(f"<= {r.high:g}")
-    text = ("an integer" if r.kind == "int" else "a number")
-    return f"{text} {' and '.join(bounds)}".rstrip()
+    text = f"{'an integer' if r.kind == 'int' else 'a number'} {' and '.join(bounds)}".rstrip()
+    return f"{text} or 'auto'" if r.auto else text
 
 
 def check(owner: str, name: str, value: Any, kind: str, **kwargs: Any) -> None:
@@ -71,7 +73,7 @@ def check(owner: str, name: str, value: Any, kind: str, **kwargs: Any) -> None:
 
 
 def check_rule(owner: str, name: str, value: Any, r: Rule) -> None:
-    if value is None and r.optional:
+    if (value is None and r.optional) or (value == "auto" and r.auto):
         return
     if r.kind == "bool":
         ok = isinstance(value, bool) or type(value).__name__ == "bool_"
