@@ -36,6 +36,9 @@ setup(
         "test": ["pytest>=7.4", "pytest-timeout>=2.1"],
         # Trainer.backend="ray" (docs/distributed.md); tested with Ray 2.60.
         "ray": ["ray>=2.40,<3"],
+        # Atari games (docs/pixels.md): ale-py carries the ROMs; gymnasium's
+        # AtariPreprocessing resizes frames with opencv. Tested with ale-py 0.12.
+        "atari": ["ale-py>=0.9", "opencv-python-headless>=4.8"],
     },
     entry_points={
         "console_scripts": [

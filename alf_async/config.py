@@ -41,6 +41,7 @@ CONFIGURABLE_MODULES = (
     "alf_async.algorithms.ppo_learner",
     "alf_async.algorithms.sac_learner",
     "alf_async.networks.actor_critic",
+    "alf_async.networks.encoders",
     "alf_async.networks.sac",
     "alf_async.algorithms.normalizer",
     "alf_async.checkpoint",

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import psutil
 
 from alf_async.envs.gym_env import quiet_stdout
+from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.runtime.replay_buffer import replay_nbytes
 from alf_async.runtime.trajectory import trajectory_nbytes
 from alf_async.settings import ReplaySettings, TrainerSettings
@@ -134,18 +135,19 @@ def check_shared_memory_free(need: int, what: str, advice: str) -> None:
             "/dev/shm")
 
 
-def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim: int,
-                        num_buffers: int = 1) -> int:
+def check_replay_memory(replay: ReplaySettings, observation: Union[ObservationSpec, int],
+                        action_dim: int, num_buffers: int = 1) -> int:
     """Bytes of an off-policy run's replay buffers (one, or one per Hogwild
     worker); ``ConfigError`` if they exceed ``Replay.max_replay_memory_gb``, the
     free shared memory or the available memory."""
-    need = num_buffers * replay_nbytes(replay.capacity, observation_dim, action_dim)
+    obs = as_observation_spec(observation)
+    need = num_buffers * replay_nbytes(replay.capacity, obs, action_dim)
     what = ("The replay buffer" if num_buffers == 1 else
             f"The {num_buffers} replay buffers (one per Hogwild worker)")
     if need > replay.max_replay_memory_gb * GIB:
         raise ConfigError(
             f"{what} would need {need / GIB:.2f} GiB (Replay.capacity="
-            f"{replay.capacity} transitions of observation {observation_dim} and action "
+            f"{replay.capacity} transitions of observation {obs} and action "
             f"{action_dim}), over Replay.max_replay_memory_gb={replay.max_replay_memory_gb}; "
             "lower Replay.capacity or raise the limit")
     check_shared_memory_free(need, what, "lower Replay.capacity")
@@ -157,24 +159,27 @@ def check_replay_memory(replay: ReplaySettings, observation_dim: int, action_dim
     return need
 
 
-def check_resources(settings: TrainerSettings, observation_dim: int, action_dim: int) -> int:
+def check_resources(settings: TrainerSettings, observation: Union[ObservationSpec, int],
+                    action_dim: int) -> int:
     """Raise ``ConfigError`` if the run's shared memory exceeds what it may use;
-    returns the bytes of the trajectory slots and the learner's batch copies."""
-    s = settings
-    one_batch = trajectory_nbytes(s.unroll_length, s.num_envs, observation_dim, action_dim,
+    returns the bytes of the trajectory slots and the learner's batch copies
+    (observations counted in their own dtype: uint8 frames at a byte a pixel)."""
+    s, obs = settings, as_observation_spec(observation)
+    one_batch = trajectory_nbytes(s.unroll_length, s.num_envs, obs, action_dim,
                                   next_observation=s.off_policy)
     need = one_batch * s.num_actors * s.slots_per_actor
     if need > s.max_trajectory_memory_gb * GIB:
         raise ConfigError(
             f"The trajectory slots would need {need / GIB:.1f} GiB of shared memory "
             f"(num_actors={s.num_actors} x slots_per_actor={s.slots_per_actor} x "
-            f"unroll_length={s.unroll_length} x num_envs={s.num_envs} x obs "
-            f"{observation_dim}), over Trainer.max_trajectory_memory_gb="
+            f"unroll_length={s.unroll_length} x num_envs={s.num_envs} x observation "
+            f"{obs}), over Trainer.max_trajectory_memory_gb="
             f"{s.max_trajectory_memory_gb}; shorten unroll_length or use fewer envs")
     check_shared_memory_free(need, "The trajectory slots",
                              "shorten unroll_length, use fewer envs or actors")
-    # The learner works on float32 copies of one batch (normalized observations,
-    # advantages, returns): count three batches for it.
+    # The learner works on copies of one batch (normalized observations,
+    # advantages, returns; frames become float32 a minibatch at a time inside
+    # the network): count three batches for it.
     available = psutil.virtual_memory().available
     if need + 3 * one_batch > available:
         raise ConfigError(

@@ -59,6 +59,28 @@ def small_params(*extra: str, iterations: int = 6) -> List[str]:
     return list(SMALL) + [f"Trainer.num_iterations={iterations}"] + list(extra)
 
 
+def train_in_this_process(root_dir: str, gin_files: Sequence[str],
+                          gin_params: Sequence[str]) -> int:
+    """The train command's body (``alf_async.bin.train.train``) run in this
+    process; gin's bindings and the logging it set up are undone afterwards.
+    For runs refused before anything starts (what it printed: capsys)."""
+    import gin
+
+    from alf_async.bin.train import train
+
+    logger = logging.getLogger("alf_async")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    try:
+        return train(root_dir, list(gin_files), list(gin_params))
+    finally:
+        gin.clear_config()
+        for handler in list(logger.handlers):  # train() set up the run's logging
+            if handler not in saved[0]:
+                logger.removeHandler(handler)
+                handler.close()
+        logger.propagate, logger.level = saved[1], saved[2]
+
+
 def read_metrics(root_dir: str) -> List[Dict]:
     """Rows of <root_dir>/metrics.jsonl; a torn last line is ignored."""
     path = os.path.join(root_dir, "metrics.jsonl")

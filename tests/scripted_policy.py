@@ -19,7 +19,7 @@ class ScriptedPolicy:
     the last ones it was given in ``last_weights``.
     """
 
-    def __init__(self, observation_dim: int, action_spec, seed: int = 0):
+    def __init__(self, observation, action_spec, seed: int = 0):
         self.action_dim = getattr(action_spec, "dim", action_spec)
         self.step = 0
         self.last_weights: Dict[str, np.ndarray] = {}
@@ -57,3 +57,27 @@ class ObservationPolicy(ScriptedPolicy):
         total = observation.sum(-1)
         action = np.repeat((0.9 * np.sin(1.7 * total))[:, None], self.action_dim, axis=1)
         return action.astype(np.float32), -total, self.value(observation)
+
+
+class RightMovingDotPolicy:
+    """For image runs of ``AlfAsyncDotCentering-v0``: always moves the dot right
+    (action 2); value = the dot's column. Checks that frames arrive as uint8."""
+
+    def __init__(self, observation, action_spec, seed: int = 0):
+        self.observation = observation
+
+    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
+        pass
+
+    def reseed(self, seed: int) -> None:
+        pass
+
+    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert observation.dtype == np.uint8, observation.dtype
+        k = observation.shape[0]
+        return (np.full((k, 1), 2.0, np.float32), np.zeros(k, np.float32),
+                self.value(observation))
+
+    def value(self, observation: np.ndarray) -> np.ndarray:
+        """observation [M, H, W, 1] -> the dot's column [M]."""
+        return np.argmax(observation.max(axis=(1, 3)), axis=1).astype(np.float32)

@@ -103,17 +103,17 @@ def test_categorical_log_prob_and_entropy_by_hand():
 
 
 def test_neural_policy_on_cartpole_acts_with_choice_indices():
-    observation_dim, spec, _ = env_spec("CartPole-v1")
+    observation, spec, _ = env_spec("CartPole-v1")
     assert spec == ActionSpec("discrete", 1, (2,), (0,))
-    learner = PPOLearner(observation_dim, spec)
-    policy = NeuralPolicy(observation_dim, spec, seed=3)
+    learner = PPOLearner(observation, spec)
+    policy = NeuralPolicy(observation, spec, seed=3)
     policy.load_weights(learner.weight_arrays())
-    obs = np.random.default_rng(0).standard_normal((64, observation_dim)).astype(np.float32)
+    obs = np.random.default_rng(0).standard_normal((64, observation.dim)).astype(np.float32)
     action, log_prob, value = policy.act(obs)
     assert action.shape == (64, 1) and set(np.unique(action)) <= {0.0, 1.0}
     assert len(set(np.unique(action))) == 2  # a near-uniform first policy samples both
     np.testing.assert_allclose(log_prob, np.log(0.5), atol=0.05)
-    greedy = NeuralPolicy(observation_dim, spec, deterministic=True)
+    greedy = NeuralPolicy(observation, spec, deterministic=True)
     greedy.load_weights(learner.weight_arrays())
     np.testing.assert_array_equal(greedy.act(obs)[0], greedy.act(obs)[0])
 

@@ -108,11 +108,11 @@ def test_evaluation_episodes_are_deterministic(tmp_path):
     """The same weights, evaluated twice by the evaluator process, give the same
     episodes; other weights give others."""
     settings = TrainerSettings(**_settings(eval_interval_env_steps=1, eval_episodes=4))
-    observation_dim, action_spec, _ = env_spec(ENV, 60)
-    learner = PPOLearner(observation_dim, action_spec, seed=0)
-    other = PPOLearner(observation_dim, action_spec, seed=1)
+    observation, action_spec, _ = env_spec(ENV, 60)
+    learner = PPOLearner(observation, action_spec, seed=0)
+    other = PPOLearner(observation, action_spec, seed=1)
     weights = [learner.weight_arrays()]
-    evaluation = Evaluation(settings, observation_dim, action_spec, lambda: weights[0], "")
+    evaluation = Evaluation(settings, observation, action_spec, lambda: weights[0], "")
     metrics = MetricsRecorder(str(tmp_path), tensorboard=False)
     try:
         evaluation.start(0)
@@ -147,9 +147,9 @@ def test_a_failing_evaluator_is_reported_once_and_training_goes_on(tmp_path, cap
     failure in its process): one error naming the cause, no more requests, and
     the caller is never raised to."""
     settings = TrainerSettings(**_settings(eval_interval_env_steps=1, eval_episodes=2))
-    observation_dim, action_spec, _ = env_spec(ENV, 60)
-    wrong = PPOLearner(observation_dim + 3, action_spec, seed=0).weight_arrays()
-    evaluation = Evaluation(settings, observation_dim, action_spec, lambda: wrong, "")
+    observation, action_spec, _ = env_spec(ENV, 60)
+    wrong = PPOLearner(observation.dim + 3, action_spec, seed=0).weight_arrays()
+    evaluation = Evaluation(settings, observation, action_spec, lambda: wrong, "")
     metrics = MetricsRecorder(str(tmp_path), tensorboard=False)
     try:
         evaluation.start(0)

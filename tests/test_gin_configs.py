@@ -13,6 +13,7 @@ import gin
 import pytest
 
 from alf_async.config import parse_config
+from alf_async.envs.atari import ale_installed
 from alf_async.training.hogwild_loop import HogwildLoop
 from alf_async.training.off_policy import OffPolicyLoop
 from alf_async.training.trainer import Trainer
@@ -72,8 +73,11 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
     assert sync["env_name"] == "HumanoidBulletEnv-v0"
 
 
-@pytest.mark.parametrize("stem", ["ppo_bullet_inverted_pendulum", "ppo_cartpole",
-                                  *(f"ppo_bullet_{env}" for env in LOCOMOTION)])
+@pytest.mark.parametrize("stem", [
+    "ppo_bullet_inverted_pendulum", "ppo_cartpole", "ppo_image_dot_centering",
+    *(f"ppo_bullet_{env}" for env in LOCOMOTION),
+    pytest.param("ppo_atari_pong", marks=pytest.mark.skipif(
+        not ale_installed(), reason="ale-py (the atari extra) is not installed"))])
 def test_async_file_differs_from_sync_only_in_num_actors(stem, tmp_path):
     values = {}
     for name in (f"{stem}.gin", f"async_{stem}.gin"):

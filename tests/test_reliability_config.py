@@ -14,14 +14,13 @@ which is fast.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from typing import List, Tuple
 
 import pytest
 
-from reliability_helpers import DEMO_GIN, TrainRun, small_params
+from reliability_helpers import DEMO_GIN, TrainRun, small_params, train_in_this_process
 
 PARALLEL = 4
 COMMAND_CASES = 9  # the brief's cases first: run through the command
@@ -121,23 +120,9 @@ def test_bad_binding_is_refused_with_a_clear_message(tmp_path, capsys, binding, 
     """The whole table through ``alf_async.bin.train.train`` in this process (what
     the command runs after parsing its flags); the leak fixture checks that no
     process or shared memory was created."""
-    import gin
-
-    from alf_async.bin.train import train
-
     root = str(tmp_path / "run")
     extra = binding if isinstance(binding, tuple) else (binding,)
-    logger = logging.getLogger("alf_async")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-    try:
-        rc = train(root, [DEMO_GIN], small_params(*extra, iterations=3))
-    finally:
-        gin.clear_config()
-        for handler in list(logger.handlers):  # train() set up the run's logging
-            if handler not in saved[0]:
-                logger.removeHandler(handler)
-                handler.close()
-        logger.propagate, logger.level = saved[1], saved[2]
+    rc = train_in_this_process(root, [DEMO_GIN], small_params(*extra, iterations=3))
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("alf_async: error:")]
     assert rc == 2, err[-2000:]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
-from alf_async.envs.spaces import ActionSpec
+from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import unpack_weights
 
@@ -23,7 +23,8 @@ class NeuralPolicy:
     """The actor-critic with the learner's normalizer, sampling on the CPU.
 
     Args:
-        observation_dim: O.
+        observation: the env's ``ObservationSpec`` (an integer O: a float32
+            vector).
         action_spec: the env's action space (an integer A: A continuous dimensions).
         seed: seeds the action-sampling generator.
         deterministic: act with the distribution's mean (for evaluation).
@@ -33,11 +34,14 @@ class NeuralPolicy:
     networks see the raw observations, as the learner's do.
     """
 
-    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int], seed: int = 0,
+    def __init__(self, observation: Union[ObservationSpec, int],
+                 action_spec: Union[ActionSpec, int], seed: int = 0,
                  deterministic: bool = False):
-        self.model = ActorCritic(observation_dim, action_spec)
+        spec = as_observation_spec(observation)
+        self.model = ActorCritic(spec, action_spec)
         self.model.eval()
-        self.normalizer = RunningNormalizer(observation_dim)
+        self.normalizer = RunningNormalizer(spec.dim)
+        self._image = spec.is_image
         self.normalize = False
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic
@@ -54,15 +58,17 @@ class NeuralPolicy:
         self.generator.manual_seed(seed)
 
     def _obs(self, observation: np.ndarray) -> torch.Tensor:
+        if self._image:  # frames go to the model as stored (uint8 stays uint8)
+            return torch.from_numpy(np.ascontiguousarray(observation))
         x = torch.from_numpy(np.asarray(observation, np.float32))
         return self.normalizer.normalize(x) if self.normalize else x
 
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """observation [K, O] -> (action [K, A], log_prob [K], value [K])."""
+        """observation [K, *O] -> (action [K, A], log_prob [K], value [K])."""
         action, log_prob, value = self.model.act(self._obs(observation), self.generator,
                                                  self.deterministic)
         return action.numpy(), log_prob.numpy(), value.numpy()
 
     def value(self, observation: np.ndarray) -> np.ndarray:
-        """observation [M, O] -> value [M]."""
+        """observation [M, *O] -> value [M]."""
         return self.model.predict_value(self._obs(observation)).numpy()

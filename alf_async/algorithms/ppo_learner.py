@@ -25,7 +25,7 @@ from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.value_ops import (explained_variance,
                                             generalized_advantage_estimation, vtrace)
-from alf_async.envs.spaces import ActionSpec
+from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.validation import ConfigError, check
@@ -40,7 +40,8 @@ class PPOLearner:
     """PPO2 on whole trajectory batches.
 
     Args:
-        observation_dim: O.
+        observation: the env's ``ObservationSpec`` (an integer O: a float32
+            vector of O values).
         action_spec: the env's action space (``envs.spaces.ActionSpec``; an
             integer A means A continuous dimensions).
         num_epochs: passes over the batch per training iteration.
@@ -57,8 +58,13 @@ class PPOLearner:
         gae_lambda: GAE's lambda.
         normalize_advantages: normalize advantages per minibatch.
         normalize_observations: keep running observation statistics and feed
-            normalized observations to the networks.
+            normalized observations to the networks (vector observations only:
+            image frames are scaled to [0, 1] inside the network instead).
         reward_scale: rewards are multiplied by this before GAE.
+        reward_clip: rewards are clipped to [-reward_clip, reward_clip] before
+            the scaling (None: not clipped); Atari's usual 1.0 gives every point
+            the same weight in training, while episode returns (metrics,
+            evaluation) stay the game's score.
         device: torch device of the learner ("cpu", "cuda", "auto" = cuda if available).
             Actors always act on the CPU.
         max_skipped_updates: a gradient step whose loss or gradient is NaN or
@@ -92,7 +98,8 @@ class PPOLearner:
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
-    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
+    def __init__(self, observation: Union[ObservationSpec, int],
+                 action_spec: Union[ActionSpec, int],
                  num_epochs: int = 20,
                  mini_batch_size: int = 4096, learning_rate: float = 3e-4,
                  adam_epsilon: float = 1e-5, max_grad_norm: float = 0.5,
@@ -100,6 +107,7 @@ class PPOLearner:
                  entropy_coef: float = 1e-2, gamma: float = 0.99,
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
                  normalize_observations: bool = True, reward_scale: float = 1.0,
+                 reward_clip: Optional[float] = None,
                  device: str = "cpu", max_skipped_updates: int = 10,
                  lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
                  recompute_values: bool = False, observation_stats: str = "updated",
@@ -115,6 +123,8 @@ class PPOLearner:
                 ("gamma", gamma, "number", dict(low=0, high=1)),
                 ("gae_lambda", gae_lambda, "number", dict(low=0, high=1)),
                 ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
+                ("reward_clip", reward_clip, "number", dict(low=0, low_open=True,
+                                                             optional=True)),
                 ("max_skipped_updates", max_skipped_updates, "int", dict(low=0)),
                 ("lag_correction", lag_correction, "choice",
                  dict(choices=("none", "decoupled", "vtrace"))),
@@ -138,8 +148,11 @@ class PPOLearner:
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.normalize_advantages = normalize_advantages
-        self.normalize_observations = normalize_observations
+        spec = as_observation_spec(observation)
+        # Frames are scaled by 1/255 inside the network instead (ImageEncoder).
+        self.normalize_observations = normalize_observations and not spec.is_image
         self.reward_scale = reward_scale
+        self.reward_clip = reward_clip
         self.max_skipped_updates = int(max_skipped_updates)
         self.lag_correction = lag_correction
         self.rho_bar = float(rho_bar)
@@ -153,8 +166,8 @@ class PPOLearner:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         torch.manual_seed(seed)
-        self.model = ActorCritic(observation_dim, action_spec).to(self.device)
-        self.normalizer = RunningNormalizer(observation_dim)
+        self.model = ActorCritic(spec, action_spec).to(self.device)
+        self.normalizer = RunningNormalizer(spec.dim)
         self._optimizer: Optional[torch.optim.Optimizer] = None
         self._optimizer_lock = threading.Lock()
         self._adam_args = {"lr": learning_rate, "eps": adam_epsilon}
@@ -234,7 +247,7 @@ class PPOLearner:
         """One training iteration on a trajectory batch.
 
         Args:
-            batch: arrays of one actor's unroll: observation [T, K, O], action
+            batch: arrays of one actor's unroll: observation [T, K, *O], action
                 [T, K, A], reward/terminated/truncated/log_prob/value/
                 truncation_value [T, K], bootstrap_value [K].
             behaviour_version: the weight version that acted (for
@@ -247,16 +260,20 @@ class PPOLearner:
         T, K = t["reward"].shape
         n = T * K
         obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
-                                     behaviour_version).reshape(n, -1)
+                                     behaviour_version)
+        obs = obs.reshape((n,) + tuple(obs.shape[2:]))  # [n, *O]
         action = t["action"].reshape(n, -1)
         old_log_prob = t["log_prob"].reshape(n)
         values, proximal_log_prob = t["value"], None
         with torch.no_grad():
             if self.recompute_values:
-                values = self.model.value(obs).reshape(T, K)
+                values = self.model.state_value(obs).reshape(T, K)
             if self.lag_correction != "none":
-                proximal_log_prob = self.model.actor(obs).log_prob(action)
-        rewards = t["reward"] * self.reward_scale
+                proximal_log_prob = self.model.distribution(obs).log_prob(action)
+        rewards = t["reward"]
+        if self.reward_clip is not None:
+            rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
+        rewards = rewards * self.reward_scale
         if self.lag_correction == "vtrace":
             returns, advantages = vtrace(
                 (proximal_log_prob - old_log_prob).reshape(T, K), rewards, values,
@@ -274,9 +291,9 @@ class PPOLearner:
             order = torch.randperm(n, generator=self.generator).to(dev)
             for start in range(0, n - mb + 1, mb):
                 idx = order[start:start + mb]
-                dist = self.model.actor(obs[idx])
+                dist, value = self.model.evaluate(obs[idx])
                 out = ppo_loss(dist.log_prob(action[idx]), old_log_prob[idx],
-                               advantages[idx], self.model.value(obs[idx]), returns[idx],
+                               advantages[idx], value, returns[idx],
                                dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages,

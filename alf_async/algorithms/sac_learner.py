@@ -36,7 +36,8 @@ import torch
 from alf_async.algorithms.ppo_learner import NonFiniteError
 from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
                                            polyak_update, temperature_loss)
-from alf_async.envs.spaces import ActionSpec, as_action_spec
+from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
+                                   as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.validation import ConfigError, check
@@ -47,7 +48,8 @@ class SACLearner:
     """Soft Actor-Critic on a continuous action space.
 
     Args:
-        observation_dim: O.
+        observation: the env's ``ObservationSpec`` (a vector; an integer O: O
+            values).
         action_spec: the env's action space; must be continuous.
         learning_rate: Adam's step size for the actor, the critics and alpha.
         batch_size: B, transitions per gradient step.
@@ -61,8 +63,8 @@ class SACLearner:
         seed: seeds the networks' initialization and the learner's sampling.
     """
 
-    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
-                 learning_rate: float = 7.3e-4, batch_size: int = 256, gamma: float = 0.98,
+    def __init__(self, observation: Union[ObservationSpec, int],
+                 action_spec: Union[ActionSpec, int], learning_rate: float = 7.3e-4, batch_size: int = 256, gamma: float = 0.98,
                  tau: float = 0.02, initial_alpha: float = 1.0,
                  target_entropy: Optional[float] = None, learn_alpha: bool = True,
                  reward_scale: float = 1.0, device: str = "cpu", seed: int = 0):
@@ -90,6 +92,7 @@ class SACLearner:
         self.learn_alpha = learn_alpha
         self.target_entropy = float(-spec.dim if target_entropy is None else target_entropy)
         torch.manual_seed(seed)
+        observation_dim = as_observation_spec(observation).dim  # vectors [O] only
         self.actor = SquashedGaussianActor(observation_dim, spec.dim).to(self.device)
         self.critic = TwinQNetwork(observation_dim, spec.dim).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)

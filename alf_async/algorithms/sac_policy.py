@@ -20,7 +20,8 @@ from typing import Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from alf_async.envs.spaces import ActionSpec, as_action_spec
+from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
+                                   as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor
 from alf_async.runtime.weight_store import unpack_weights
 
@@ -29,16 +30,19 @@ class SACPolicy:
     """The SAC actor network sampling on the CPU.
 
     Args:
-        observation_dim: O.
+        observation: the env's ``ObservationSpec`` (a vector; an integer O: O
+            values).
         action_spec: the env's (continuous) action space.
         seed: seeds the sampling generator.
         deterministic: act with tanh(mean) (for evaluation).
     """
 
-    def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
-                 seed: int = 0, deterministic: bool = False):
+    def __init__(self, observation: Union[ObservationSpec, int],
+                 action_spec: Union[ActionSpec, int], seed: int = 0,
+                 deterministic: bool = False):
         self.action_dim = as_action_spec(action_spec).dim
-        self.actor = SquashedGaussianActor(observation_dim, self.action_dim)
+        self.actor = SquashedGaussianActor(as_observation_spec(observation).dim,
+                                           self.action_dim)
         self.actor.eval()
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic

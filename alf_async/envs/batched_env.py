@@ -20,7 +20,7 @@ episode is not reported in ``pop_finished_episodes``, and the failure (env index
 and traceback) is reported by ``pop_failures``. With ``fatal_env_errors`` the
 failure raises ``EnvError`` instead.
 
-Shapes: K = num_envs, O = observation_dim, A = action_dim.
+Shapes: K = num_envs, O = the observation's shape (``observation_spec``), A = action_dim.
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ from alf_async.utils.seeding import derive_seed
 class StepResult:
     """What one batched step returns (copies, safe to keep).
 
-    observation: [K, O] float32, first observation of a new episode where done.
+    observation: [K, *O] (the env's ``ObservationSpec``: [K, O] float32 for a
+        vector, [K, H, W, C] uint8 for an image of bytes), first observation of
+        a new episode where done.
     reward: [K] float32.
     terminated: [K] bool, the episode ended in a terminal state.
     truncated: [K] bool, the episode was cut by a time limit (and not terminated).
-    final_observation: [K, O] float32, the last observation of the finished
+    final_observation: [K, *O], the last observation of the finished
         episode where ``terminated | truncated``; unspecified elsewhere.
     env_failed: [K] bool, the env failed in this step and was recreated: the
         step is not a real transition (reward 0, truncated, final observation
@@ -125,13 +127,14 @@ class BatchedEnv:
         self.worker_timeout_s = worker_timeout_s
         self.env_modules = tuple(env_modules)
         import_env_modules(self.env_modules)
-        obs_dim, self.action_spec, limit = env_spec(env_name, max_episode_steps, time_feature)
+        obs, self.action_spec, limit = env_spec(env_name, max_episode_steps, time_feature)
         action_dim = self.action_spec.dim
-        self.observation_dim = obs_dim
+        self.observation_spec = obs
+        self.observation_dim = obs.dim
         self.action_dim = action_dim
         self.max_episode_steps = max_episode_steps or limit
         self._max_episode_steps_override = max_episode_steps
-        self._specs = batch_specs(num_envs, obs_dim, action_dim)
+        self._specs = batch_specs(num_envs, obs, action_dim)
         self._block: Optional[SharedArrays] = None
         self._group: Optional[EnvGroup] = None
         self._workers: List[_Worker] = []
@@ -140,7 +143,7 @@ class BatchedEnv:
         self._episode_length = np.zeros(num_envs, np.int64)
         self._finished: List[Tuple[float, int]] = []
         self._failures: List[Tuple[int, str]] = []
-        self._last_observation = np.zeros((num_envs, obs_dim), np.float32)
+        self._last_observation = np.zeros((num_envs,) + obs.shape, obs.dtype)
         try:
             if num_workers == 0:
                 self.arrays = {k: np.zeros(v.shape, v.dtype) for k, v in self._specs.items()}

@@ -16,10 +16,13 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from alf_async.envs.spaces import DISCRETE, ActionSpec, action_spec, needs_flattening
+from alf_async.envs import atari
+from alf_async.envs.spaces import (DISCRETE, ActionSpec, ObservationSpec, action_spec,
+                                   needs_flattening, observation_spec)
 
 # Modules imported before an id lookup so that their env ids are registered.
-_REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection")
+_REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection",
+                        "alf_async.envs.image_envs")
 
 
 class UnknownEnvError(ValueError):
@@ -119,10 +122,14 @@ def check_env_id(env_name: str) -> None:
         import_env_modules([module])
     if env_name in gym.registry:
         return
+    if atari.register_atari_ids() and env_name in gym.registry:
+        return
     import difflib
 
     close = difflib.get_close_matches(env_name, list(gym.registry.keys()), n=5)
     hint = f" Close matches: {', '.join(close)}." if close else ""
+    if atari.looks_like_atari(env_name) and not atari.ale_installed():
+        hint += f" Atari ids come from ale-py, which is not installed: {atari.ATARI_EXTRA}."
     raise UnknownEnvError(
         f"Unknown environment id '{env_name}': it is not registered with gymnasium "
         f"(PyBullet ids such as HumanoidBulletEnv-v0 come from pybullet_envs_gymnasium)."
@@ -130,8 +137,9 @@ def check_env_id(env_name: str) -> None:
 
 
 class EnvAdapter:
-    """A gymnasium env as alf_async steps it: flat float32 observations and
-    actions given as stored rows (see ``envs.spaces``).
+    """A gymnasium env as alf_async steps it: observations as the env's
+    ``ObservationSpec`` stores them (a float32 vector [O], or an image in its own
+    shape, uint8 kept) and actions given as stored rows (see ``envs.spaces``).
 
     Continuous actions come in [-1, 1]^A (clipped) and are mapped to the env's
     box; discrete actions come as choice indices (rounded and clipped to
@@ -152,13 +160,19 @@ class EnvAdapter:
         if not self.action_spec.discrete:
             self._low = space.low.astype(np.float64)
             self._high = space.high.astype(np.float64)
-        self.observation_dim = int(np.prod(env.observation_space.shape))
+        self.observation_spec = observation_spec(env.observation_space)
+        self._obs_dtype = np.dtype(self.observation_spec.dtype)
+        self.observation_dim = self.observation_spec.dim
         spec = getattr(env, "spec", None)
         self.max_episode_steps = getattr(spec, "max_episode_steps", None)
 
+    def _observation(self, obs: Any) -> np.ndarray:
+        """The env's observation as stored: [O] float32, or the image's shape."""
+        return np.asarray(obs, dtype=self._obs_dtype).reshape(self.observation_spec.shape)
+
     def reset(self, seed: Optional[int] = None) -> np.ndarray:
         obs, _ = self.env.reset(seed=seed)
-        return np.asarray(obs, dtype=np.float32).reshape(-1)
+        return self._observation(obs)
 
     def env_action(self, action: np.ndarray) -> Any:
         """A stored action row [dim] as the env's action."""
@@ -174,8 +188,8 @@ class EnvAdapter:
 
     def step(self, action: np.ndarray) -> Tuple[np.ndarray, float, bool, bool, Dict]:
         obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
-        return (np.asarray(obs, dtype=np.float32).reshape(-1), float(reward),
-                bool(terminated), bool(truncated), info)
+        return (self._observation(obs), float(reward), bool(terminated), bool(truncated),
+                info)
 
     def render(self) -> np.ndarray:
         return self.env.render()
@@ -213,8 +227,11 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
         kwargs["render_mode"] = render_mode
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
+    is_atari = atari.is_atari(env_name)
+    if is_atari:
+        kwargs.update(atari.atari_make_kwargs(env_name))
     try:
-        with quiet_stdout():
+        with quiet_stdout(), quiet_stdout(2):  # ALE prints its banner on stderr
             env = gym.make(env_name, **kwargs)
     except TypeError as e:
         if render_mode is None or "render_mode" not in str(e):
@@ -222,7 +239,19 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
         raise RenderModeError(f"env {env_name} cannot render frames: its constructor "
                               f"takes no render_mode ({str(e).splitlines()[0]})") from None
     try:
+        if is_atari:
+            try:
+                env = atari.wrap_atari(env)
+            except gym.error.DependencyNotInstalled:
+                raise EnvOptionError(f"Atari preprocessing needs opencv, which is not "
+                                     f"installed: {atari.ATARI_EXTRA}") from None
         if time_feature:
+            if isinstance(env.observation_space, gym.spaces.Box) and observation_spec(
+                    env.observation_space).is_image:
+                raise EnvOptionError(
+                    f"Trainer.time_feature appends to vector observations, and env "
+                    f"{env_name} gives images "
+                    f"({observation_spec(env.observation_space)}): set it to False")
             if getattr(env.spec, "max_episode_steps", None) is None:
                 raise EnvOptionError(
                     f"Trainer.time_feature needs a time limit, and env {env_name} has "
@@ -235,12 +264,12 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
 
 
 def env_spec(env_name: str, max_episode_steps: Optional[int] = None,
-             time_feature: bool = False) -> Tuple[int, ActionSpec, Optional[int]]:
-    """(observation_dim, ActionSpec, max_episode_steps) of an env id, made as
+             time_feature: bool = False) -> Tuple[ObservationSpec, ActionSpec, Optional[int]]:
+    """(ObservationSpec, ActionSpec, max_episode_steps) of an env id, made as
     ``make_env`` makes it with these options."""
     env = make_env(env_name, max_episode_steps=max_episode_steps, time_feature=time_feature)
     try:
-        return env.observation_dim, env.action_spec, env.max_episode_steps
+        return env.observation_spec, env.action_spec, env.max_episode_steps
     finally:
         env.close()
 
@@ -248,5 +277,5 @@ def env_spec(env_name: str, max_episode_steps: Optional[int] = None,
 def env_dims(env_name: str) -> Tuple[int, int, Optional[int]]:
     """(observation_dim, action_dim, max_episode_steps) of an env id; action_dim is
     the width of a stored action row (``ActionSpec.dim``)."""
-    observation_dim, spec, limit = env_spec(env_name)
-    return observation_dim, spec.dim, limit
+    observation, spec, limit = env_spec(env_name)
+    return observation.dim, spec.dim, limit

@@ -7,10 +7,15 @@ as the index of the choice (0 .. n-1, exact in float32), one per dimension of a
 MultiDiscrete space. The env wrapper (``gym_env``) turns a stored row into what
 the env expects.
 
-Observations: a ``Box`` of any shape is flattened; ``Dict``, ``Tuple``,
-``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` observations are flattened by
-gymnasium's own ``FlattenObservation``. Anything else (``Text``, ``Graph``,
-``Sequence``, ...) raises ``UnsupportedSpaceError``.
+``ObservationSpec`` describes an observation as it travels from the env to the
+networks: its shape and dtype. An image (a ``Box`` of rank 3, (H, W, C) or
+(C, H, W), or of rank 2, (H, W), with dtype uint8) keeps its shape, and uint8
+stays uint8 in shared memory, trajectories and the replay buffer (the networks
+turn it into floats / 255). Any other ``Box`` is flattened to a float32 vector
+[O]; ``Dict``, ``Tuple``, ``Discrete``, ``MultiDiscrete`` and ``MultiBinary``
+observations are flattened by gymnasium's own ``FlattenObservation``, also where
+they hold images. Anything else (``Text``, ``Graph``, ``Sequence``, ...) raises
+``UnsupportedSpaceError``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,51 @@ class ActionSpec:
     @classmethod
     def continuous(cls, dim: int) -> "ActionSpec":
         return cls(CONTINUOUS, int(dim))
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """One observation as alf_async stores it.
+
+    Attributes:
+        shape: (O,) for a vector; (H, W, C), (C, H, W) or (H, W) for an image.
+        dtype: "float32", or "uint8" for images of bytes.
+    """
+
+    shape: Tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def dim(self) -> int:
+        """Values in one observation (O for a vector, H * W * C for an image)."""
+        return int(np.prod(self.shape))
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.shape) >= 2
+
+    @property
+    def nbytes(self) -> int:
+        return self.dim * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{'x'.join(str(n) for n in self.shape)} {self.dtype}"
+
+
+def as_observation_spec(spec_or_dim: Union[ObservationSpec, int]) -> ObservationSpec:
+    """An ``ObservationSpec``; a bare integer O means a float32 vector [O]."""
+    if isinstance(spec_or_dim, ObservationSpec):
+        return spec_or_dim
+    return ObservationSpec((int(spec_or_dim),), "float32")
+
+
+def observation_spec(space: Any) -> ObservationSpec:
+    """How an env's (Box) observation space is stored (see the module doc)."""
+    shape = tuple(int(n) for n in space.shape)
+    uint8 = np.dtype(space.dtype) == np.uint8
+    if len(shape) == 3 or (len(shape) == 2 and uint8):
+        return ObservationSpec(shape, "uint8" if uint8 else "float32")
+    return ObservationSpec((int(np.prod(shape)),), "float32")
 
 
 def as_action_spec(spec_or_dim: Union[ActionSpec, int]) -> ActionSpec:

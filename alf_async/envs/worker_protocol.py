@@ -16,23 +16,27 @@ each step two pickles and an enum lookup. Every other message is a pickled
 reply (a pickle never starts with these tags: it starts with its protocol byte,
 0x80). failures is a list of (env index, traceback) pairs.
 
-Shapes: K = num_envs, O = observation_dim, A = action_dim.
+Shapes: K = num_envs, O = the observation's shape (``ObservationSpec``), A = action_dim.
 """
 
 from __future__ import annotations
 
 import enum
 import pickle
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, Union
 
+from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.utils.shared_memory import ArraySpec
 
 
-def batch_specs(num_envs: int, obs_dim: int, action_dim: int) -> Dict[str, ArraySpec]:
-    """Specs of the arrays a BatchedEnv shares with its workers."""
+def batch_specs(num_envs: int, observation: Union[ObservationSpec, int],
+                action_dim: int) -> Dict[str, ArraySpec]:
+    """Specs of the arrays a BatchedEnv shares with its workers (observations in
+    their own shape and dtype: [K, *shape])."""
+    obs = as_observation_spec(observation)
     return {
-        "observation": ArraySpec((num_envs, obs_dim), "float32"),
-        "final_observation": ArraySpec((num_envs, obs_dim), "float32"),
+        "observation": ArraySpec((num_envs,) + obs.shape, obs.dtype),
+        "final_observation": ArraySpec((num_envs,) + obs.shape, obs.dtype),
         "action": ArraySpec((num_envs, action_dim), "float32"),
         "reward": ArraySpec((num_envs,), "float32"),
         "terminated": ArraySpec((num_envs,), "bool"),

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
@@ -116,7 +117,7 @@ class _Worker:
         self.buffer = None
         try:
             env = self.actor.env
-            self.learner = learner_cls(env.observation_dim, env.action_spec,
+            self.learner = learner_cls(env.observation_spec, env.action_spec,
                                        seed=derive_seed(s.seed, w, epoch, gen, 4))
             from alf_async.hogwild.shared_state import WorkerBinding
 
@@ -125,22 +126,22 @@ class _Worker:
             if launch.local_state is not None:
                 self.learner.load_local_state(from_bytes(launch.local_state))
             self.trajectory = allocate_trajectory(s.unroll_length, s.num_envs,
-                                                  env.observation_dim, env.action_spec.dim,
+                                                  env.observation_spec, env.action_spec.dim,
                                                   next_observation=self.sac)
             self.env_steps = 0
             self.gradient_steps = int(getattr(self.learner, "gradient_steps", 0))
             if self.sac:
-                self._init_replay(env.observation_dim, env.action_spec.dim)
+                self._init_replay(env.observation_spec, env.action_spec.dim)
         except BaseException:
             self.close()
             raise
 
-    def _init_replay(self, observation_dim: int, action_dim: int) -> None:
+    def _init_replay(self, observation: ObservationSpec, action_dim: int) -> None:
         from alf_async.runtime.replay_buffer import ReplayBuffer
         from alf_async.runtime.step_ratio import StepRatio
 
         r, s = self.launch.replay, self.settings
-        self.buffer = ReplayBuffer.create(r.capacity, observation_dim, action_dim)
+        self.buffer = ReplayBuffer.create(r.capacity, observation, action_dim)
         # The run collects Replay.learning_starts steps in all before training:
         # each of the N workers its share.
         starts = -(-r.learning_starts // s.num_actors)

@@ -97,9 +97,9 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
         sac = trainer_setting("algorithm") == "sac"
         gin.bind_parameter("SACLearner.device" if sac else "PPOLearner.device", "cpu")
         env_name = trainer_setting("env_name")
-        observation_dim, action_spec, _ = env_spec(env_name, trainer_setting("max_episode_steps"),
-                                                   trainer_setting("time_feature"))
-        learner = (SACLearner if sac else PPOLearner)(observation_dim, action_spec)
+        observation, action_spec, _ = env_spec(env_name, trainer_setting("max_episode_steps"),
+                                               trainer_setting("time_feature"))
+        learner = (SACLearner if sac else PPOLearner)(observation, action_spec)
     except (ConfigError, UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
         raise PlayError(str(e)) from None
     try:
@@ -107,7 +107,7 @@ def load_policy(root_dir: str, checkpoint: Optional[str]):
     except (KeyError, RuntimeError, ValueError) as e:
         raise PlayError(f"checkpoint {path} does not fit the run's config "
                         f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    policy = (SACPolicy if sac else NeuralPolicy)(observation_dim, action_spec,
+    policy = (SACPolicy if sac else NeuralPolicy)(observation, action_spec,
                                                   deterministic=True)
     policy.load_weights(learner.weight_arrays())
     run_env = RunEnv(env_name, trainer_setting("max_episode_steps"),

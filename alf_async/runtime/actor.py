@@ -47,7 +47,7 @@ class Actor:
     Args:
         actor_id: i in [0, N).
         settings: the run's settings (env, K, W, T, seeds).
-        policy_factory: ``factory(observation_dim, action_dim, seed) -> Policy``.
+        policy_factory: ``factory(observation_spec, action_spec, seed) -> Policy``.
         epoch: iteration of the checkpoint the actor's seeds derive from.
         generation: how many times actor i was restarted (seeding).
         env_modules: modules that register env ids, imported by the env workers
@@ -71,7 +71,7 @@ class Actor:
                               fatal_env_errors=s.fatal_env_errors, env_modules=env_modules,
                               num_splits=s.env_splits, wait_for_workers=False)
         try:
-            self.policy = policy_factory(self.env.observation_dim, self.env.action_spec,
+            self.policy = policy_factory(self.env.observation_spec, self.env.action_spec,
                                          s.policy_seed(actor_id, epoch, generation))
             self.env.wait_for_workers()
             self.version = -1
@@ -113,7 +113,7 @@ class Actor:
         """
         start = time.perf_counter()
         timing = {"inference": 0.0, "env": 0.0}
-        obs = self._observation  # [K, O], updated split by split
+        obs = self._observation  # [K, *O], updated split by split
         env, policy = self.env, self.policy
         last = self.settings.unroll_length - 1
         next_obs = out.get("next_observation")
@@ -151,7 +151,8 @@ class Actor:
                 out["truncation_value"][t, envs] = truncation_value
                 if next_obs is not None:  # off-policy: s_{t+1} of this episode
                     done = result.terminated | result.truncated
-                    next_obs[t, envs] = np.where(done[:, None], result.final_observation,
+                    done = done.reshape(done.shape + (1,) * (result.observation.ndim - 1))
+                    next_obs[t, envs] = np.where(done, result.final_observation,
                                                  result.observation)
                     out["env_failed"][t, envs] = result.env_failed  # not a transition
                 obs[envs] = result.observation
@@ -247,7 +248,7 @@ def build_policy_factory(pickled_factory: bytes, gin_config: str) -> PolicyFacto
     (importing torch and the networks), then parse the run's gin bindings so
     that the networks match the learner's."""
 
-    def build(observation_dim, action_spec, seed):
+    def build(observation_spec, action_spec, seed):
         import torch
 
         torch.set_num_threads(1)
@@ -259,7 +260,7 @@ def build_policy_factory(pickled_factory: bytes, gin_config: str) -> PolicyFacto
             # learner, the metrics) are skipped; the networks were registered
             # by the factory's module, imported by the unpickling above.
             gin.parse_config(gin_config, skip_unknown=True)
-        return factory(observation_dim, action_spec, seed)
+        return factory(observation_spec, action_spec, seed)
 
     return build
 

@@ -11,6 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime.actor import Actor
 from alf_async.runtime.actor_pool import PoolStats
 from alf_async.runtime.messages import BatchReady
@@ -23,7 +24,7 @@ class InProcessActorPool:
     """The ``ActorPool`` of ``Trainer.backend = "inprocess"`` (one actor)."""
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
-                 observation_dim: int, action_dim: int, epoch: int = 0,
+                 observation: ObservationSpec, action_dim: int, epoch: int = 0,
                  env_modules: Sequence[str] = ()):
         self.settings = settings
         self.policy_factory = policy_factory
@@ -31,7 +32,7 @@ class InProcessActorPool:
         self.env_modules = tuple(env_modules)
         self.actor: Optional[Actor] = None
         self.buffer = allocate_trajectory(settings.unroll_length, settings.num_envs,
-                                          observation_dim, action_dim,
+                                          observation, action_dim,
                                           next_observation=settings.off_policy)
         self._weights: Optional[Tuple[int, Dict[str, np.ndarray]]] = None
 

@@ -3,9 +3,10 @@
 An actor calls ``policy.act(obs)`` once per step of its batched env and
 ``policy.value(obs)`` for observations that ended an episode by truncation;
 ``load_weights`` takes the arrays the learner published. The runtime never builds
-a policy itself: the pool gets a factory ``factory(observation_dim, action_spec,
-seed) -> Policy`` (``action_spec``: the env's ``envs.spaces.ActionSpec``) (the learner's ``NeuralPolicy`` in training runs, scripted
-policies in the runtime's tests).
+a policy itself: the pool gets a factory ``factory(observation_spec, action_spec,
+seed) -> Policy`` (the env's ``envs.spaces.ObservationSpec`` and ``ActionSpec``)
+(the learner's ``NeuralPolicy`` in training runs, scripted policies in the
+runtime's tests).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 class Policy(Protocol):
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """observation [K, O] -> (action [K, A] stored rows, log_prob [K], value [K])."""
+        """observation [K, *O] -> (action [K, A] stored rows, log_prob [K], value [K])."""
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         """observation [M, O] -> value [M]."""

@@ -10,13 +10,14 @@ from typing import Mapping
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime.actor_pool import ActorPool
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import TrainerSettings
 
 
 def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
-                    example_weights: Mapping[str, np.ndarray], observation_dim: int,
+                    example_weights: Mapping[str, np.ndarray], observation: ObservationSpec,
                     action_dim: int, gin_config: str = "", epoch: int = 0) -> ActorPool:
     """The pool of ``settings.backend`` ("process", "inprocess" or "ray")."""
     if settings.backend == "inprocess":
@@ -24,14 +25,14 @@ def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
 
         from alf_async.config import gin_imports
 
-        return InProcessActorPool(settings, policy_factory, observation_dim, action_dim,
+        return InProcessActorPool(settings, policy_factory, observation, action_dim,
                                   epoch=epoch, env_modules=gin_imports(gin_config))
     if settings.backend == "ray":
         from alf_async.runtime.ray_pool import RayActorPool
 
-        return RayActorPool(settings, policy_factory, observation_dim, action_dim,
+        return RayActorPool(settings, policy_factory, observation, action_dim,
                             gin_config=gin_config, epoch=epoch)
     from alf_async.runtime.process_pool import ProcessActorPool
 
-    return ProcessActorPool(settings, policy_factory, example_weights, observation_dim,
+    return ProcessActorPool(settings, policy_factory, example_weights, observation,
                             action_dim, gin_config=gin_config, epoch=epoch)

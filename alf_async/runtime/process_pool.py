@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime import messages
 from alf_async.runtime.actor import ActorLaunch, actor_process_main
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
@@ -55,14 +56,14 @@ class ProcessActorPool:
         settings: the run's settings (N, K, W, slots_per_actor, fault knobs).
         policy_factory: builds each actor's policy (in the actor process).
         example_weights: arrays shaped like the weights to publish.
-        observation_dim, action_dim: O and A.
+        observation, action_dim: the env's ObservationSpec (an int O: a float32 vector) and A.
         gin_config: bindings each actor process parses (network sizes).
         epoch: iteration the run starts from (seeds the actors).
         startup_timeout_s: time an actor may take to become ready.
     """
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
-                 example_weights: Mapping[str, np.ndarray], observation_dim: int,
+                 example_weights: Mapping[str, np.ndarray], observation: ObservationSpec,
                  action_dim: int, gin_config: str = "", epoch: int = 0,
                  startup_timeout_s: float = 120.0):
         self.settings = settings
@@ -80,7 +81,7 @@ class ProcessActorPool:
         try:
             self.slots = TrajectorySlots.create(
                 settings.num_actors * settings.slots_per_actor, settings.unroll_length,
-                settings.num_envs, observation_dim, action_dim,
+                settings.num_envs, observation, action_dim,
                 next_observation=settings.off_policy)
         except BaseException:
             self.store.close()

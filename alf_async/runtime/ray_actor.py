@@ -78,7 +78,7 @@ class _RayActor:
             launch.policy_factory, launch.gin_config), launch.epoch, launch.generation,
             env_modules=gin_imports(launch.gin_config))
         self.buffer = allocate_trajectory(s.unroll_length, s.num_envs,
-                                          self.actor.env.observation_dim,
+                                          self.actor.env.observation_spec,
                                           self.actor.env.action_spec.dim,
                                           next_observation=s.off_policy)
 

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from alf_async.envs.env_errors import EnvError
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime import messages
 from alf_async.runtime.actor import HEARTBEAT_INTERVAL_S
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
@@ -90,7 +91,7 @@ class RayActorPool:
     Args:
         settings: the run's settings (N, K, W, slots_per_actor, fault knobs).
         policy_factory: builds each actor's policy (in the Ray actor).
-        observation_dim, action_dim: O and A.
+        observation, action_dim: the env's ObservationSpec (an int O: a float32 vector) and A.
         gin_config: bindings each actor parses (network sizes, env modules).
         epoch: iteration the run starts from (seeds the actors).
         ray_settings: the cluster and placement (default: gin's ``RayBackend.*``).
@@ -98,7 +99,7 @@ class RayActorPool:
     """
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
-                 observation_dim: int, action_dim: int, gin_config: str = "",
+                 observation: ObservationSpec, action_dim: int, gin_config: str = "",
                  epoch: int = 0, ray_settings: Optional[RayBackendSettings] = None,
                  startup_timeout_s: float = 120.0):
         self.settings = settings

@@ -7,10 +7,10 @@ owner (a sampler, a Hogwild worker) can attach to it by name:
 
 | field            | shape  | dtype   | meaning                                          |
 |------------------|--------|---------|--------------------------------------------------|
-| observation      | [C, O] | float32 | raw s_t                                          |
+| observation      | [C, *O]| O's     | raw s_t (the env's ObservationSpec)              |
 | action           | [C, A] | float32 | a_t as the actor stored it                       |
 | reward           | [C]    | float32 | r_t                                              |
-| next_observation | [C, O] | float32 | s_{t+1}; the episode's final observation when t  |
+| next_observation | [C, *O]| O's     | s_{t+1}; the episode's final observation when t  |
 |                  |        |         | ended it (terminated or truncated)               |
 | terminated       | [C]    | bool    | s_{t+1} is terminal: no bootstrap from it        |
 | inserted_at      | [C]    | int64   | the learner's gradient steps when it was added   |
@@ -28,32 +28,37 @@ One process writes; readers see a consistent ``size`` after each
 
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Union
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 TRANSITION_FIELDS = ("observation", "action", "reward", "next_observation", "terminated")
 STORED_FIELDS = TRANSITION_FIELDS + ("inserted_at",)
 
 
-def replay_specs(capacity: int, observation_dim: int, action_dim: int) -> Dict[str, ArraySpec]:
-    """Array specs of a buffer of ``capacity`` transitions."""
+def replay_specs(capacity: int, observation: Union[ObservationSpec, int],
+                 action_dim: int) -> Dict[str, ArraySpec]:
+    """Array specs of a buffer of ``capacity`` transitions (observations in the
+    env's ``ObservationSpec``; an int O: float32 vectors)."""
+    obs = as_observation_spec(observation)
     return {
-        "observation": ArraySpec((capacity, observation_dim), "float32"),
+        "observation": ArraySpec((capacity,) + obs.shape, obs.dtype),
         "action": ArraySpec((capacity, action_dim), "float32"),
         "reward": ArraySpec((capacity,), "float32"),
-        "next_observation": ArraySpec((capacity, observation_dim), "float32"),
+        "next_observation": ArraySpec((capacity,) + obs.shape, obs.dtype),
         "terminated": ArraySpec((capacity,), "bool"),
         "inserted_at": ArraySpec((capacity,), "int64"),
         "cursor": ArraySpec((2,), "int64"),
     }
 
 
-def replay_nbytes(capacity: int, observation_dim: int, action_dim: int) -> int:
+def replay_nbytes(capacity: int, observation: Union[ObservationSpec, int],
+                  action_dim: int) -> int:
     """Bytes of a buffer of ``capacity`` transitions."""
-    return sum(s.nbytes for s in replay_specs(capacity, observation_dim, action_dim).values())
+    return sum(s.nbytes for s in replay_specs(capacity, observation, action_dim).values())
 
 
 class ReplayBuffer:
@@ -69,10 +74,11 @@ class ReplayBuffer:
         self.capacity = block.arrays["reward"].shape[0]
 
     @classmethod
-    def create(cls, capacity: int, observation_dim: int, action_dim: int) -> "ReplayBuffer":
+    def create(cls, capacity: int, observation: Union[ObservationSpec, int],
+               action_dim: int) -> "ReplayBuffer":
         if capacity < 1:
             raise ValueError(f"replay buffer capacity must be >= 1, got {capacity}")
-        return cls(SharedArrays.create(replay_specs(capacity, observation_dim, action_dim),
+        return cls(SharedArrays.create(replay_specs(capacity, observation, action_dim),
                                        tag="replay"))
 
     @classmethod

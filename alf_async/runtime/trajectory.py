@@ -4,7 +4,7 @@ One trajectory is an unroll of T steps on K envs (time-major):
 
 | field            | shape      | dtype   | meaning                                    |
 |------------------|------------|---------|--------------------------------------------|
-| observation      | [T, K, O]  | float32 | raw observation s_t the policy acted on     |
+| observation      | [T, K, *O] | O's     | raw observation s_t the policy acted on     |
 | action           | [T, K, A]  | float32 | sampled action a_t (env gets it clipped)    |
 | reward           | [T, K]     | float32 | r_t                                         |
 | terminated       | [T, K]     | bool    | episode reached a terminal state at t       |
@@ -13,8 +13,11 @@ One trajectory is an unroll of T steps on K envs (time-major):
 | value            | [T, K]     | float32 | V(s_t) of the behaviour value network       |
 | truncation_value | [T, K]     | float32 | V(final obs) where truncated, else 0        |
 | bootstrap_value  | [K]        | float32 | V(s_T) after the last step                  |
-| next_observation | [T, K, O]  | float32 | s_{t+1}, the final observation where the    |
+| next_observation | [T, K, *O] | O's     | s_{t+1}, the final observation where the    |
 |                  |            |         | episode ended at t (off-policy runs only)   |
+
+*O and O's dtype: the env's ``ObservationSpec`` ([O] float32 for a vector; an
+image keeps its shape, and uint8 frames stay uint8: 1 byte a pixel, not 4).
 
 The policy version that acted, timings and finished episodes travel in the small
 message that announces the batch (``runtime.messages``).
@@ -25,14 +28,15 @@ slot s of field f is ``slots[f][s]``.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 _FIELDS = {
-    "observation": ("obs", "float32"),
+    "observation": ("obs", None),  # the ObservationSpec's shape and dtype
     "action": ("act", "float32"),
     "reward": ((), "float32"),
     "terminated": ((), "bool"),
@@ -43,37 +47,45 @@ _FIELDS = {
 }
 
 
-def trajectory_specs(unroll_length: int, num_envs: int, observation_dim: int,
-                     action_dim: int, num_slots: Optional[int] = None,
+def trajectory_specs(unroll_length: int, num_envs: int,
+                     observation: Union[ObservationSpec, int], action_dim: int,
+                     num_slots: Optional[int] = None,
                      next_observation: bool = False) -> Dict[str, ArraySpec]:
     """Array specs of a trajectory, with a leading slot dim if ``num_slots``
-    (and the ``next_observation`` field if asked: off-policy runs)."""
+    (and the ``next_observation`` field if asked: off-policy runs);
+    ``observation``: the env's ``ObservationSpec`` (an int O: a float32 vector)."""
+    obs = as_observation_spec(observation)
     lead = () if num_slots is None else (num_slots,)
     specs = {}
     for name, (extra, dtype) in _FIELDS.items():
-        tail = {"obs": (observation_dim,), "act": (action_dim,)}.get(extra, extra)
+        if extra == "obs":
+            tail, dtype = obs.shape, obs.dtype
+        else:
+            tail = (action_dim,) if extra == "act" else extra
         specs[name] = ArraySpec(lead + (unroll_length, num_envs) + tuple(tail), dtype)
     specs["bootstrap_value"] = ArraySpec(lead + (num_envs,), "float32")
     if next_observation:
         specs["next_observation"] = ArraySpec(
-            lead + (unroll_length, num_envs, observation_dim), "float32")
+            lead + (unroll_length, num_envs) + obs.shape, obs.dtype)
         specs["env_failed"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
     return specs
 
 
-def trajectory_nbytes(unroll_length: int, num_envs: int, observation_dim: int,
-                      action_dim: int, next_observation: bool = False) -> int:
+def trajectory_nbytes(unroll_length: int, num_envs: int,
+                      observation: Union[ObservationSpec, int], action_dim: int,
+                      next_observation: bool = False) -> int:
     """Bytes of one trajectory."""
     return sum(s.nbytes for s in trajectory_specs(
-        unroll_length, num_envs, observation_dim, action_dim,
+        unroll_length, num_envs, observation, action_dim,
         next_observation=next_observation).values())
 
 
-def allocate_trajectory(unroll_length: int, num_envs: int, observation_dim: int,
-                        action_dim: int, next_observation: bool = False) -> Dict[str, np.ndarray]:
+def allocate_trajectory(unroll_length: int, num_envs: int,
+                        observation: Union[ObservationSpec, int], action_dim: int,
+                        next_observation: bool = False) -> Dict[str, np.ndarray]:
     """A private (non-shared) trajectory buffer."""
     return {k: np.zeros(s.shape, s.dtype) for k, s in trajectory_specs(
-        unroll_length, num_envs, observation_dim, action_dim,
+        unroll_length, num_envs, observation, action_dim,
         next_observation=next_observation).items()}
 
 
@@ -86,9 +98,9 @@ class TrajectorySlots:
 
     @classmethod
     def create(cls, num_slots: int, unroll_length: int, num_envs: int,
-               observation_dim: int, action_dim: int,
+               observation: Union[ObservationSpec, int], action_dim: int,
                next_observation: bool = False) -> "TrajectorySlots":
-        specs = trajectory_specs(unroll_length, num_envs, observation_dim, action_dim,
+        specs = trajectory_specs(unroll_length, num_envs, observation, action_dim,
                                  num_slots, next_observation=next_observation)
         return cls(SharedArrays.create(specs, tag="traj"))
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from alf_async.env_failure_log import EnvFailureReporter, log_env_failures
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.actor_pool import ActorPool
 from alf_async.runtime.messages import BatchReady
@@ -36,9 +37,10 @@ class ActorBatches:
     ``policy_factory``'s policy; O and A size the trajectory slots."""
 
     def __init__(self, settings: TrainerSettings, learner: Any,
-                 policy_factory: PolicyFactory, observation_dim: int, action_dim: int):
+                 policy_factory: PolicyFactory, observation: ObservationSpec,
+                 action_dim: int):
         self.settings, self.learner, self.policy_factory = settings, learner, policy_factory
-        self.observation_dim, self.action_dim = observation_dim, action_dim
+        self.observation, self.action_dim = observation, action_dim
         self.pool: Optional[ActorPool] = None
         self.published_digests: Dict[int, int] = {}  # version -> weights digest
         self.env_failures = 0
@@ -54,7 +56,7 @@ class ActorBatches:
         learner's optimizer is built (~1 s of imports) while the actors start."""
         s = self.settings
         self.pool = make_actor_pool(s, self.policy_factory, self.learner.weight_arrays(),
-                                    self.observation_dim, self.action_dim, run.gin_config,
+                                    self.observation, self.action_dim, run.gin_config,
                                     epoch=int(run.counters["iteration"]))
         self.publish(version)
         logger.info("starting %d actor(s) x %d envs (%s backend, %d env workers and %d "

@@ -26,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, Mapping, Optional
 
 import numpy as np
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.metrics import MetricsRecorder
 from alf_async.settings import TrainerSettings
 from alf_async.training.evaluator_process import (EvalFailed, EvalRequest, EvalResult,
@@ -52,12 +53,12 @@ class Evaluation:
 
     Args:
         settings: the run's (eval_interval_env_steps > 0, eval_episodes, env).
-        observation_dim, action_spec: the env's, as the learner has them.
+        observation, action_spec: the env's, as the learner has them.
         weights: returns the learner's current weights (``weight_arrays()``).
         gin_config: the run's bindings, for the evaluator's networks.
     """
 
-    def __init__(self, settings: TrainerSettings, observation_dim: int, action_spec: Any,
+    def __init__(self, settings: TrainerSettings, observation: ObservationSpec, action_spec: Any,
                  weights: Callable[[], Mapping[str, np.ndarray]], gin_config: str):
         self.settings = settings
         self.interval = settings.eval_interval_env_steps
@@ -65,7 +66,7 @@ class Evaluation:
         self._launch = EvaluatorLaunch(
             settings.algorithm, settings.env_name, settings.max_episode_steps,
             settings.time_feature, settings.eval_episodes, eval_seed(settings),
-            observation_dim, action_spec, gin_config, os.getpid())
+            observation, action_spec, gin_config, os.getpid())
         self._process = None
         self._conn = None
         self._queue: Deque[EvalRequest] = collections.deque()

@@ -41,7 +41,7 @@ class EvaluatorLaunch:
     time_feature: bool
     num_episodes: int
     seed: int
-    observation_dim: int
+    observation: Any  # the env's ObservationSpec
     action_spec: Any
     gin_config: str
     parent_pid: int
@@ -120,7 +120,7 @@ def _build(launch: EvaluatorLaunch) -> Tuple[Any, List[Any]]:
         from alf_async.algorithms.policy import NeuralPolicy as policy_class
     factory = build_policy_factory(
         pickle.dumps(functools.partial(policy_class, deterministic=True)), launch.gin_config)
-    policy = factory(launch.observation_dim, launch.action_spec, 0)
+    policy = factory(launch.observation, launch.action_spec, 0)
     envs = [make_env(launch.env_name, max_episode_steps=launch.max_episode_steps,
                      time_feature=launch.time_feature) for _ in range(launch.num_episodes)]
     return policy, envs

@@ -33,6 +33,7 @@ from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.messages import BatchReady
 from alf_async.runtime.policy import PolicyFactory
@@ -53,10 +54,10 @@ class OffPolicyLoop:
 
     def __init__(self, settings: TrainerSettings, learner: Any,
                  policy_factory: PolicyFactory, replay: ReplaySettings,
-                 observation_dim: int, action_dim: int):
+                 observation: ObservationSpec, action_dim: int):
         self.settings, self.learner, self.replay_settings = settings, learner, replay
-        self.observation_dim, self.action_dim = observation_dim, action_dim
-        self.batches = ActorBatches(settings, learner, policy_factory, observation_dim,
+        self.observation, self.action_dim = observation, action_dim
+        self.batches = ActorBatches(settings, learner, policy_factory, observation,
                                     action_dim)
         self.buffer: Optional[ReplayBuffer] = None
         self.rng = np.random.default_rng(derive_seed(settings.seed, 0, 0, 0, 3))
@@ -94,7 +95,7 @@ class OffPolicyLoop:
     # -- start and end ----------------------------------------------------------
     def start(self, run: RunContext) -> None:
         self.buffer = ReplayBuffer.create(self.replay_settings.capacity,
-                                          self.observation_dim, self.action_dim)
+                                          self.observation, self.action_dim)
         if self._restored_buffer is not None:
             self.buffer.load_state_arrays(self._restored_buffer)
             logger.info("replay buffer restored: %d transitions", self.buffer.size)

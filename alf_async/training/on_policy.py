@@ -15,6 +15,7 @@ import contextlib
 import time
 from typing import Any, ContextManager, Dict, Mapping, Optional
 
+from alf_async.envs.spaces import ObservationSpec
 from alf_async.iteration_record import IterationRecord
 from alf_async.runtime.policy import PolicyFactory
 from alf_async.settings import TrainerSettings
@@ -27,9 +28,10 @@ class OnPolicyLoop:
     arguments are ``ActorBatches``'."""
 
     def __init__(self, settings: TrainerSettings, learner: Any,
-                 policy_factory: PolicyFactory, observation_dim: int, action_dim: int):
+                 policy_factory: PolicyFactory, observation: ObservationSpec,
+                 action_dim: int):
         self.settings, self.learner = settings, learner
-        self.batches = ActorBatches(settings, learner, policy_factory, observation_dim,
+        self.batches = ActorBatches(settings, learner, policy_factory, observation,
                                     action_dim)
 
     def restore(self, state: Mapping[str, Any], counters: Mapping[str, float]) -> None:

@@ -23,8 +23,8 @@ from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.config import gin_imports
 from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec, make_env
+from alf_async.envs.spaces import ActionSpec, ObservationSpec, UnsupportedSpaceError
 from alf_async.envs.step_cost import probe_env_step_seconds
-from alf_async.envs.spaces import ActionSpec, UnsupportedSpaceError
 from alf_async.resources import (MemoryEstimate, check_replay_memory, check_resources,
                                  check_run_memory, env_memory_bytes, estimate_run_memory)
 from alf_async.runtime.policy import PolicyFactory
@@ -38,38 +38,46 @@ from alf_async.utils.validation import ConfigError
 
 class RunParts(NamedTuple):
     """A run's settings ("auto" sampling resolved for the env), learner and loop,
-    what they were built for (O, the env's actions, replay settings or None), the
-    run's memory."""
+    what they were built for (the env's observations and actions, replay
+    settings or None), the run's memory."""
 
     settings: TrainerSettings
     learner: Any
     loop: TrainingLoop
-    observation_dim: int
+    observation: ObservationSpec
     action_spec: ActionSpec
     replay: Optional[ReplaySettings]
     memory: MemoryEstimate
 
 
-def read_env_spec(s: TrainerSettings) -> Tuple[int, ActionSpec]:
-    """(observation_dim, action_spec) of ``Trainer.env_name``, or a ``ConfigError``."""
+def read_env_spec(s: TrainerSettings) -> Tuple[ObservationSpec, ActionSpec]:
+    """(observation spec, action spec) of ``Trainer.env_name``, or a ``ConfigError``."""
     try:
-        observation_dim, action_spec, _ = env_spec(s.env_name, s.max_episode_steps,
-                                                   s.time_feature)
+        observation, action_spec, _ = env_spec(s.env_name, s.max_episode_steps,
+                                               s.time_feature)
     except (UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
         raise ConfigError(str(e)) from None
     except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
         raise ConfigError(f"the env {s.env_name!r} cannot be created: "
                           f"{type(e).__name__}: {e}") from None
+    return observation, action_spec
 
-    return observation_dim, action_spec
+
+def check_observations(settings: TrainerSettings, observation: ObservationSpec) -> None:
+    """``ConfigError`` for observations the run's algorithm cannot train on."""
+    if settings.off_policy and observation.is_image:
+        raise ConfigError(
+            f"Trainer.algorithm='sac' trains on vector observations only so far, and env "
+            f"{settings.env_name} gives images ({observation}); use Trainer.algorithm="
+            f"'ppo', whose networks take images")
 
 
-def make_learner(settings: TrainerSettings, observation_dim: int,
+def make_learner(settings: TrainerSettings, observation: ObservationSpec,
                  action_spec: ActionSpec) -> Any:
     """The learner of ``settings.algorithm`` (its batch sizes checked for PPO)."""
     if settings.off_policy:
-        return SACLearner(observation_dim, action_spec, seed=settings.seed)
-    learner = PPOLearner(observation_dim, action_spec, seed=settings.seed)
+        return SACLearner(observation, action_spec, seed=settings.seed)
+    learner = PPOLearner(observation, action_spec, seed=settings.seed)
     try:
         learner.check_batch_size(settings.unroll_length, settings.num_envs)
     except ValueError as e:
@@ -81,17 +89,18 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
                 replay: Optional[ReplaySettings] = None,
                 hogwild: Optional[HogwildSettings] = None) -> RunParts:
     """Check the run's resources and build its learner and loop."""
-    observation_dim, action_spec = read_env_spec(settings)
+    observation, action_spec = read_env_spec(settings)
     s = settings
     if s.sampling_is_auto and s.backend != "ray":  # "auto" weighs the env's step time
         env_step_s = probe_env_step_seconds(s.env_name, s.max_episode_steps, s.time_feature,
                                             s.seed, gin_imports(gin.config_str()))
         if env_step_s is not None:
             s = s.fitted_to_env(env_step_s)
-    shared = check_resources(s, observation_dim, action_spec.dim)
+    check_observations(s, observation)
+    shared = check_resources(s, observation, action_spec.dim)
     if s.off_policy:
         replay = replay or ReplaySettings()
-        shared += check_replay_memory(replay, observation_dim, action_spec.dim,
+        shared += check_replay_memory(replay, observation, action_spec.dim,
                                       num_buffers=s.num_actors if s.runtime == "hogwild" else 1)
     else:
         replay = None
@@ -101,13 +110,13 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
     check_run_memory(memory)
     if s.learner_num_threads:
         torch.set_num_threads(s.learner_num_threads)
-    learner = make_learner(s, observation_dim, action_spec)
+    learner = make_learner(s, observation, action_spec)
     if s.runtime == "hogwild":
         loop: TrainingLoop = HogwildLoop(s, learner, hogwild or HogwildSettings(), replay)
     elif s.off_policy:
         loop = OffPolicyLoop(s, learner, policy_factory or SACPolicy, replay,
-                             observation_dim, action_spec.dim)
+                             observation, action_spec.dim)
     else:
-        loop = OnPolicyLoop(s, learner, policy_factory or NeuralPolicy, observation_dim,
+        loop = OnPolicyLoop(s, learner, policy_factory or NeuralPolicy, observation,
                             action_spec.dim)
-    return RunParts(s, learner, loop, observation_dim, action_spec, replay, memory)
+    return RunParts(s, learner, loop, observation, action_spec, replay, memory)

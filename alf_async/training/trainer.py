@@ -29,7 +29,7 @@ import gin
 import torch
 
 from alf_async.algorithms.ppo_learner import NonFiniteError
-from alf_async.checkpoint import Checkpointer
+from alf_async.checkpoint import CheckpointError, Checkpointer
 from alf_async.metrics import MetricsRecorder
 from alf_async.runtime.actor_pool import ActorPoolError
 from alf_async.runtime.policy import PolicyFactory
@@ -42,6 +42,13 @@ from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")
 CHECKPOINT_FORMAT = 2
+
+
+def _first_mismatch(error: Exception) -> str:
+    """The first detail line of a ``load_state_dict`` error (a size mismatch or
+    a missing key), or the message itself."""
+    lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+    return lines[0] if lines else str(error)
 
 
 class Trainer:
@@ -71,7 +78,7 @@ class Trainer:
         self.settings = settings = parts.settings
         self.learner, self.loop = parts.learner, parts.loop
         self.replay_settings = parts.replay
-        self.observation_dim, self.action_spec = parts.observation_dim, parts.action_spec
+        self.observation_spec, self.action_spec = parts.observation, parts.action_spec
         self.memory = parts.memory
         self.root_dir = os.path.abspath(root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
@@ -108,7 +115,16 @@ class Trainer:
         if found is None:
             return False
         state, path = found
-        self.learner.load_state_dict(state["learner"])
+        try:
+            self.learner.load_state_dict(state["learner"])
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run's networks "
+                f"({type(e).__name__}: {str(e).splitlines()[0].rstrip(':')}; e.g. "
+                f"{_first_mismatch(e)}): the network settings (ActorNetwork.*, "
+                f"ValueNetwork.*, ImageEncoder.*) or the env's observations differ from "
+                f"the run that wrote it. Resume with that run's config (--root_dir "
+                f"alone), or train in a new --root_dir") from None
         self.counters.update({k: (float(v) if k == "wall_time" else int(v))
                               for k, v in state["counters"].items()})
         torch.set_rng_state(state["torch_rng"])
@@ -167,7 +183,7 @@ class Trainer:
             with GracefulStop(kill_children_now) as stop:
                 gin_config = gin.config_str()
                 if self.settings.eval_interval_env_steps:
-                    evaluation = Evaluation(self.settings, self.observation_dim,
+                    evaluation = Evaluation(self.settings, self.observation_spec,
                                             self.action_spec, self.learner.weight_arrays,
                                             gin_config)
                 run = RunContext(self.settings, self.root_dir, self.counters, metrics, stop,

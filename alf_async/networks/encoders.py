@@ -1,0 +1,153 @@
+"""Image encoders: frames in, one feature vector per frame out.
+
+An image observation (``envs.spaces.ObservationSpec`` with ``is_image``) reaches
+the networks as stored: [B, H, W, C], [B, C, H, W] or [B, H, W], uint8 for
+frames of bytes. ``ImageEncoder`` turns it into floats (uint8 / 255: the
+observation normalizer does not run on images), puts the channels first and
+runs a convolutional stack, then a linear layer and ReLU to ``feature_size``
+features [B, F]. Architectures (``ImageEncoder.architecture``):
+
+- "nature": the Nature DQN network (Mnih et al., 2015): convolutions of 32 8x8
+  filters with stride 4, 64 4x4 with stride 2, 64 3x3 with stride 1, then 512
+  features. Needs frames of at least 36 x 36 pixels (Atari's 84 x 84).
+- "impala": the residual network of IMPALA (Espeholt et al., 2018): three
+  stages of (16, 32, 32) channels, each a 3x3 convolution, a 3x3 max-pool with
+  stride 2 and two residual blocks, then 256 features. Deeper and about 3x the
+  compute of "nature"; often learns more per frame.
+- "small": two 3x3 convolutions (16 filters, then 32 with stride 2) and 128
+  features, for frames of a few pixels (tests, toy tasks).
+- "auto" (default): "nature" for frames of at least 36 x 36 pixels, else
+  "small".
+
+Channel order: "auto" takes a last axis of at most 4 entries after a larger
+first axis as channels-last (H, W, C), and channels-first (C, H, W) otherwise;
+gymnasium's ``FrameStackObservation`` of grayscale Atari frames gives (4, 84, 84),
+a colour frame (210, 160, 3). Set ``ImageEncoder.channels`` to "first" or
+"last" where that guess is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+import gin
+import torch
+import torch.nn as nn
+
+from alf_async.envs.spaces import ObservationSpec
+
+ARCHITECTURES = ("auto", "nature", "impala", "small")
+CHANNEL_ORDERS = ("auto", "first", "last")
+NATURE_MIN_SIZE = 36
+_DEFAULT_FEATURES = {"nature": 512, "impala": 256, "small": 128}
+
+
+def channels_last(shape: Sequence[int], channels: str = "auto") -> bool:
+    """Whether an image of ``shape`` (rank 3) keeps its channels last."""
+    if channels != "auto":
+        return channels == "last"
+    return shape[-1] <= 4 < shape[0]
+
+
+def image_layout(spec: ObservationSpec, channels: str = "auto") -> Tuple[int, int, int]:
+    """(C, H, W) of an image observation."""
+    shape = spec.shape
+    if len(shape) == 2:
+        return 1, shape[0], shape[1]
+    if channels_last(shape, channels):
+        return shape[2], shape[0], shape[1]
+    return shape[0], shape[1], shape[2]
+
+
+def _init_conv(layer: nn.Module) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = _init_conv(nn.Conv2d(channels, channels, 3, padding=1))
+        self.conv1 = _init_conv(nn.Conv2d(channels, channels, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def _impala_stage(in_channels: int, channels: int) -> nn.Module:
+    return nn.Sequential(_init_conv(nn.Conv2d(in_channels, channels, 3, padding=1)),
+                         nn.MaxPool2d(3, stride=2, padding=1),
+                         _ResidualBlock(channels), _ResidualBlock(channels))
+
+
+def conv_stack(architecture: str, in_channels: int) -> nn.Module:
+    """The convolutional part of ``architecture`` (not "auto")."""
+    if architecture == "nature":
+        return nn.Sequential(
+            _init_conv(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
+            _init_conv(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            _init_conv(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+    if architecture == "impala":
+        return nn.Sequential(_impala_stage(in_channels, 16), _impala_stage(16, 32),
+                             _impala_stage(32, 32), nn.ReLU(), nn.Flatten())
+    if architecture == "small":
+        return nn.Sequential(
+            _init_conv(nn.Conv2d(in_channels, 16, 3, padding=1)), nn.ReLU(),
+            _init_conv(nn.Conv2d(16, 32, 3, stride=2, padding=1)), nn.ReLU(), nn.Flatten())
+    raise ValueError(f"ImageEncoder.architecture must be one of {ARCHITECTURES}, "
+                     f"got {architecture!r}")
+
+
+@gin.configurable
+class ImageEncoder(nn.Module):
+    """Frames [B, *O] (uint8 or float) -> features [B, F] (see the module doc).
+
+    Args:
+        observation: the env's image ``ObservationSpec``.
+        architecture: "auto", "nature", "impala" or "small".
+        feature_size: F (None: 512 for "nature", 256 for "impala", 128 for
+            "small").
+        channels: "auto", "first" or "last": where the channels of a rank-3
+            frame are.
+    """
+
+    def __init__(self, observation: ObservationSpec, architecture: str = "auto",
+                 feature_size: Optional[int] = None, channels: str = "auto"):
+        super().__init__()
+        if not observation.is_image:
+            raise ValueError(f"ImageEncoder needs an image observation, got {observation}")
+        if channels not in CHANNEL_ORDERS:
+            raise ValueError(f"ImageEncoder.channels must be one of {CHANNEL_ORDERS}, "
+                             f"got {channels!r}")
+        c, h, w = image_layout(observation, channels)
+        if architecture == "auto":
+            architecture = "nature" if min(h, w) >= NATURE_MIN_SIZE else "small"
+        if architecture == "nature" and min(h, w) < NATURE_MIN_SIZE:
+            raise ValueError(f"ImageEncoder.architecture='nature' needs frames of at least "
+                             f"{NATURE_MIN_SIZE}x{NATURE_MIN_SIZE} pixels, got {h}x{w}; use "
+                             f"'small' or 'impala'")
+        self.architecture = architecture
+        self.observation = observation
+        self.scale = 1.0 / 255.0 if observation.dtype == "uint8" else 1.0
+        self.permute = len(observation.shape) == 3 and channels_last(observation.shape,
+                                                                     channels)
+        self.convs = conv_stack(architecture, c)
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.feature_size = int(feature_size or _DEFAULT_FEATURES[architecture])
+        self.head = nn.Sequential(nn.Linear(flat, self.feature_size), nn.ReLU())
+        nn.init.orthogonal_(self.head[0].weight, gain=math.sqrt(2))
+        nn.init.zeros_(self.head[0].bias)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """frames [B, *O] -> features [B, F]."""
+        x = frames.float()
+        if self.scale != 1.0:
+            x = x * self.scale
+        if x.dim() == 3:  # (H, W) frames: one channel
+            x = x.unsqueeze(1)
+        elif self.permute:
+            x = x.permute(0, 3, 1, 2)
+        return self.head(self.convs(x))
