@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections import deque
 
 ZOO_DEFAULTS = dict(n_envs=16, batch_size=128, n_steps=512, gamma=0.99, gae_lambda=0.9,
                     n_epochs=20, ent_coef=0.0, sde_sample_freq=4, max_grad_norm=0.5,
@@ -61,10 +61,11 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     start = time.perf_counter()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sb3_timing import rollout_timer
 
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecNormalize
 
@@ -82,27 +83,7 @@ def main(argv=None) -> int:
                                    activation_fn=torch.nn.ReLU,
                                    net_arch=dict(pi=[256, 256], vf=[256, 256])))
 
-    class Split(BaseCallback):
-        """Collection time apart from the updates; returns of finished episodes."""
-
-        def __init__(self):
-            super().__init__()
-            self.rollout_s, self._t0 = 0.0, 0.0
-            self.returns = deque(maxlen=20)
-
-        def _on_rollout_start(self) -> None:
-            self._t0 = time.perf_counter()
-
-        def _on_rollout_end(self) -> None:
-            self.rollout_s += time.perf_counter() - self._t0
-
-        def _on_step(self) -> bool:
-            for info in self.locals.get("infos", ()):
-                if "episode" in info:
-                    self.returns.append(float(info["episode"]["r"]))
-            return True
-
-    split = Split()
+    split = rollout_timer()
     setup_s = time.perf_counter() - start
     learn_start = time.perf_counter()
     model.learn(total_timesteps=args.steps, callback=split)
