@@ -66,8 +66,13 @@ class ActorBatches:
         optimizer_ready = threading.Thread(target=build_optimizer, daemon=True,
                                            name="alf_async-build-optimizer")
         optimizer_ready.start()
-        self.pool.start()
-        optimizer_ready.join()
+        try:
+            self.pool.start()
+        finally:
+            # Also when an actor cannot start: the thread's imports (torch._dynamo,
+            # seconds on a small machine) must not run on while the run unwinds
+            # and the interpreter exits (a traceback from a half-imported torch).
+            optimizer_ready.join()
         self._started_at = time.monotonic()
         run.startup_s = seconds_since_process_start()
         logger.info("start-up took %.1f s (launch of this process until every actor was "
