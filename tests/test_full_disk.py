@@ -221,8 +221,12 @@ def stopped_at_a_checkpoint(args: List[str], disk: str, root: str,
                             log_path: str) -> Tuple[re.Match, str]:
     """Run the train command until its first checkpoint, then leave half a
     checkpoint free on ``disk`` (rows and log lines fit, the next checkpoint
-    not); returns the full-disk paragraph of the run's end and the filler's path."""
-    run = Run(args, log_path)
+    not); returns the full-disk paragraph of the run's end and the filler's path.
+
+    The run keeps every checkpoint: with the default of 3, the removal of an
+    old one right after the filler was written could free room for the next,
+    and a later small write (TensorBoard's) would meet the full disk first."""
+    run = Run([*args, "--gin_param=Checkpointer.keep=1000"], log_path)
     try:
         run.wait_for(lambda: checkpoint_files(root), "its first checkpoint")
         filler = fill(disk, leave=newest_checkpoint_size(root) // 2)
