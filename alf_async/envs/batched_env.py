@@ -45,9 +45,8 @@ from alf_async.utils.seeding import derive_seed
 class StepResult:
     """What one batched step returns (copies, safe to keep).
 
-    observation: [K, *O] (the env's ``ObservationSpec``: [K, O] float32 for a
-        vector, [K, H, W, C] uint8 for an image of bytes), first observation of
-        a new episode where done.
+    observation: [K, *O] (``ObservationSpec``), first observation of a new
+        episode where done.
     reward: [K] float32.
     terminated: [K] bool, the episode ended in a terminal state.
     truncated: [K] bool, the episode was cut by a time limit (and not terminated).

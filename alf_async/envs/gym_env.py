@@ -230,8 +230,10 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     is_atari = atari.is_atari(env_name)
     if is_atari:
         kwargs.update(atari.atari_make_kwargs(env_name))
+    # ALE prints its banner on stderr; other envs keep their stderr (warnings).
+    quiet_stderr = quiet_stdout(2) if is_atari else contextlib.nullcontext()
     try:
-        with quiet_stdout(), quiet_stdout(2):  # ALE prints its banner on stderr
+        with quiet_stdout(), quiet_stderr:
             env = gym.make(env_name, **kwargs)
     except TypeError as e:
         if render_mode is None or "render_mode" not in str(e):
