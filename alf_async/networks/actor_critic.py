@@ -227,32 +227,29 @@ class ActorCritic(nn.Module):
         self.actor = ActorNetwork(features, self.action_spec)
         self.value = ValueNetwork(features)
 
-    def _features(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(the actor's input, the value network's input) for observations [B, *O]."""
-        spec = self.observation_spec
-        if not spec.is_image:
-            return observation, observation
-        if self.shared_encoder:
-            features = self.encoder(observation)
-            return features, features
-        return self.actor_encoder(observation), self.value_encoder(observation)
+    def _encoded(self, observation: torch.Tensor, encoder: str) -> torch.Tensor:
+        """The input of one head ("actor_encoder" or "value_encoder") for
+        observations [B, *O]: the observations themselves for vectors, the
+        shared encoder's or that head's own features for images."""
+        if not self.observation_spec.is_image:
+            return observation
+        return (self.encoder if self.shared_encoder else getattr(self, encoder))(observation)
 
     def evaluate(self, observation: torch.Tensor) -> Tuple[ActionDistribution, torch.Tensor]:
-        """(the action distribution, value [B]) of (normalized) observations [B, *O]."""
-        actor_in, value_in = self._features(observation)
-        return self.actor(actor_in), self.value(value_in)
+        """(the action distribution, value [B]) of (normalized) observations [B, *O];
+        a shared image encoder runs once for both."""
+        if self.shared_encoder:
+            features = self.encoder(observation)
+            return self.actor(features), self.value(features)
+        return self.distribution(observation), self.state_value(observation)
 
     def distribution(self, observation: torch.Tensor) -> ActionDistribution:
         """The action distribution of (normalized) observations [B, *O]."""
-        if self.observation_spec.is_image:
-            return self.actor(self._features(observation)[0])
-        return self.actor(observation)
+        return self.actor(self._encoded(observation, "actor_encoder"))
 
     def state_value(self, observation: torch.Tensor) -> torch.Tensor:
         """Value [B] of (normalized) observations [B, *O]."""
-        if self.observation_spec.is_image:
-            return self.value(self._features(observation)[1])
-        return self.value(observation)
+        return self.value(self._encoded(observation, "value_encoder"))
 
     @torch.no_grad()
     def act(self, observation: torch.Tensor, generator: torch.Generator = None,
