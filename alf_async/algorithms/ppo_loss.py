@@ -8,6 +8,10 @@ from typing import Dict, Optional
 
 import torch
 
+# Relative margin above rho_bar from which an importance weight counts as
+# truncated in the statistics (the loss truncates at rho_bar exactly).
+TRUNCATION_TOLERANCE = 1e-5
+
 
 def normalize_advantages(advantages: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
     """(A - mean(A)) / (std(A) + eps) over the minibatch; A [B]."""
@@ -116,6 +120,9 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             weight = torch.exp(proximal_log_prob - old_log_prob)
             stats["importance_weight"] = weight.mean()
             if max_importance_weight is not None:
-                # The share of samples whose pi_prox / mu the truncation cut.
-                stats["truncated_fraction"] = (weight > max_importance_weight).float().mean()
+                # The share of samples whose pi_prox / mu the truncation cut
+                # (by more than float rounding: on-policy data, whose ratio is 1
+                # up to the last bits, counts as cut by none).
+                cut = weight > max_importance_weight * (1.0 + TRUNCATION_TOLERANCE)
+                stats["truncated_fraction"] = cut.float().mean()
     return PPOLossOutput(loss, stats)
