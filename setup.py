@@ -33,7 +33,8 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7.4", "pytest-timeout>=2.1"],
+        # pytest-xdist: the suite runs on two workers (pytest.ini).
+        "test": ["pytest>=7.4", "pytest-timeout>=2.1", "pytest-xdist>=3.5"],
         # Trainer.backend="ray" (docs/distributed.md); tested with Ray 2.60.
         "ray": ["ray>=2.40,<3"],
         # Atari games (docs/pixels.md): ale-py carries the ROMs; gymnasium's

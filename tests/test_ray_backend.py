@@ -38,6 +38,9 @@ from scripted_policy import ScriptedPolicy
 from test_runtime_equivalence import (ACT_DIM, OBS_DIM, assert_same_trajectory, copy_batch,
                                       make_config, reference_actor, weights)
 
+# One Ray cluster at a time: every test of these modules on one xdist worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
 NODE_MEMORY = 80 * 1024 ** 2  # object store of each node, bytes (Ray's minimum is 75 MiB)
 
 

@@ -20,6 +20,9 @@ ray = pytest.importorskip("ray")
 
 from alf_async.signals import GracefulStop, TerminationRequested  # noqa: E402
 
+# One Ray cluster at a time: every test of these modules on one xdist worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
 
 @pytest.fixture
 def local_ray():

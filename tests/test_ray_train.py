@@ -24,6 +24,9 @@ import pytest
 
 from reliability_helpers import REPO_ROOT, TrainRun, checkpoint_files, small_params
 
+# One Ray cluster at a time: every test of these modules on one xdist worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
 RAY = ("Trainer.backend='ray'",)  # a local instance sized by the run (N x (1 + W) CPUs)
 LONG = 100000  # iterations: the run only ends through the signal
 
