@@ -113,7 +113,8 @@ def _synthetic_batch(T=8, K=4, obs=3, act=2, reward=0.5):
 
 
 def test_non_finite_update_is_skipped_counted_and_never_applied():
-    from alf_async.algorithms.ppo_learner import NonFiniteError, PPOLearner
+    from alf_async.algorithms.guarded_step import NonFiniteError
+    from alf_async.algorithms.ppo_learner import PPOLearner
 
     learner = PPOLearner(3, 2, num_epochs=2, mini_batch_size=16, max_skipped_updates=5)
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}

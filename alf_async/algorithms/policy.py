@@ -4,11 +4,13 @@
 observations, its observation normalizer) rebuilt from the arrays the learner
 publishes (``PPOLearner.weight_arrays``). It implements ``runtime.policy.Policy``;
 the Trainer hands the class to the actor pool as the actors' policy factory.
+A recurrent network (``ActorCritic.rnn``) makes it a recurrent policy:
+``state_size`` S > 0, and ``act`` and ``value`` take the envs' states.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Tuple, Union
+from typing import Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -45,6 +47,11 @@ class NeuralPolicy:
         self.normalize = False
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic
+        self.state_size = self.model.state_size
+
+    def initial_state(self, batch: int) -> np.ndarray:
+        """The state of ``batch`` envs at an episode's start: zeros [B, S]."""
+        return np.zeros((batch, self.state_size), np.float32)
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         groups = unpack_weights(arrays)
@@ -63,12 +70,21 @@ class NeuralPolicy:
         x = torch.from_numpy(np.asarray(observation, np.float32))
         return self.normalizer.normalize(x) if self.normalize else x
 
-    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """observation [K, *O] -> (action [K, A], log_prob [K], value [K])."""
-        action, log_prob, value = self.model.act(self._obs(observation), self.generator,
-                                                 self.deterministic)
-        return action.numpy(), log_prob.numpy(), value.numpy()
+    def act(self, observation: np.ndarray, state: Optional[np.ndarray] = None) -> Tuple:
+        """observation [K, *O] -> (action [K, A], log_prob [K], value [K]); a
+        recurrent policy takes the envs' ``state`` [K, S] and returns the next
+        state [K, S] fourth."""
+        if state is None:
+            out = self.model.act(self._obs(observation), self.generator, self.deterministic)
+        else:
+            out = self.model.act(self._obs(observation), self.generator, self.deterministic,
+                                 state=torch.from_numpy(np.asarray(state, np.float32)))
+        return tuple(x.numpy() for x in out)
 
-    def value(self, observation: np.ndarray) -> np.ndarray:
-        """observation [M, *O] -> value [M]."""
-        return self.model.predict_value(self._obs(observation)).numpy()
+    def value(self, observation: np.ndarray, state: Optional[np.ndarray] = None
+              ) -> np.ndarray:
+        """observation [M, *O] (and a recurrent policy's states [M, S]) -> value [M]."""
+        if state is None:
+            return self.model.predict_value(self._obs(observation)).numpy()
+        return self.model.predict_value(
+            self._obs(observation), torch.from_numpy(np.asarray(state, np.float32))).numpy()

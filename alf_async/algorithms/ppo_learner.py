@@ -21,18 +21,16 @@ import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.guarded_step import GuardedStep
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
+from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.value_ops import (explained_variance,
                                             generalized_advantage_estimation, vtrace)
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.validation import ConfigError, check
-
-
-class NonFiniteError(FloatingPointError):
-    """A loss or gradient became NaN or infinite during training."""
 
 
 @gin.configurable
@@ -95,6 +93,13 @@ class PPOLearner:
             published version, so the ratio compares the policies on the same
             inputs; falls back to the current statistics for versions published
             before a resume).
+        chunk_length: recurrent networks (``ActorCritic.rnn``) only: the
+            minibatches are sets of L = chunk_length consecutive steps of one
+            env, re-run from the state the network had at their first step in a
+            pass over the whole batch with the iteration's starting weights;
+            None (default): whole env sequences of the unroll (L = T, from the
+            state the actor started the unroll with). ``mini_batch_size`` then
+            counts samples: a minibatch has mini_batch_size // L chunks.
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
@@ -111,7 +116,7 @@ class PPOLearner:
                  device: str = "cpu", max_skipped_updates: int = 10,
                  lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
                  recompute_values: bool = False, observation_stats: str = "updated",
-                 seed: int = 0):
+                 chunk_length: Optional[int] = None, seed: int = 0):
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
                 ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
@@ -134,7 +139,8 @@ class PPOLearner:
                 ("observation_stats", observation_stats, "choice",
                  dict(choices=("updated", "behaviour"))),
                 ("normalize_advantages", normalize_advantages, "bool", {}),
-                ("normalize_observations", normalize_observations, "bool", {})):
+                ("normalize_observations", normalize_observations, "bool", {}),
+                ("chunk_length", chunk_length, "int", dict(low=1, optional=True))):
             check("PPOLearner", name, value, kind, **bounds)
         if c_bar > rho_bar:
             raise ConfigError(f"PPOLearner.c_bar={c_bar} must not exceed "
@@ -153,15 +159,15 @@ class PPOLearner:
         self.normalize_observations = normalize_observations and not spec.is_image
         self.reward_scale = reward_scale
         self.reward_clip = reward_clip
-        self.max_skipped_updates = int(max_skipped_updates)
         self.lag_correction = lag_correction
         self.rho_bar = float(rho_bar)
         self.c_bar = float(c_bar)
         self.recompute_values = recompute_values
+        self.chunk_length = chunk_length
         self.observation_stats = observation_stats
         # version -> normalizer statistics published with it ("behaviour" stats)
         self._published_stats: Dict[int, Dict[str, np.ndarray]] = {}
-        self._consecutive_skips = 0
+        self._step = GuardedStep(max_skipped_updates)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -173,6 +179,17 @@ class PPOLearner:
         self._adam_args = {"lr": learning_rate, "eps": adam_epsilon}
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.iteration = 0
+
+    @property
+    def state_size(self) -> int:
+        """S of the network's recurrent state (0: feed-forward)."""
+        return self.model.state_size
+
+    def columns(self, unroll_length: int, num_envs: int) -> BatchColumns:
+        """How a [T, K] batch is cut into minibatches (``sequence_batches``)."""
+        if not self.state_size:
+            return BatchColumns(unroll_length, num_envs, 1)
+        return BatchColumns(unroll_length, num_envs, self.chunk_length or unroll_length)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -203,7 +220,13 @@ class PPOLearner:
         self.iteration = int(state["iteration"])
 
     def check_batch_size(self, unroll_length: int, num_envs: int) -> None:
-        """Raise ValueError if the minibatch cannot be drawn from T * K samples."""
+        """Raise ValueError if the minibatch cannot be drawn from T * K samples
+        (or, for a recurrent network, the chunks do not fit the unroll)."""
+        if self.state_size and self.chunk_length is not None:
+            if unroll_length % self.chunk_length:
+                raise ValueError(
+                    f"PPOLearner.chunk_length={self.chunk_length} must divide "
+                    f"Trainer.unroll_length={unroll_length}")
         if self.mini_batch_size > unroll_length * num_envs:
             raise ValueError(
                 f"PPOLearner.mini_batch_size={self.mini_batch_size} is larger than one "
@@ -258,85 +281,93 @@ class PPOLearner:
         dev = self.device
         t = {k: torch.as_tensor(np.asarray(v)).to(dev) for k, v in batch.items()}
         T, K = t["reward"].shape
-        n = T * K
         obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
-                                     behaviour_version)
-        obs = obs.reshape((n,) + tuple(obs.shape[2:]))  # [n, *O]
-        action = t["action"].reshape(n, -1)
-        old_log_prob = t["log_prob"].reshape(n)
-        values, proximal_log_prob = t["value"], None
+                                     behaviour_version)  # [T, K, *O]
+        layout = self.columns(T, K)
+        values, proximal_log_prob, start_states = t["value"], None, None
         with torch.no_grad():
-            if self.recompute_values:
-                values = self.model.state_value(obs).reshape(T, K)
-            if self.lag_correction != "none":
-                proximal_log_prob = self.model.distribution(obs).log_prob(action)
-        rewards = t["reward"]
-        if self.reward_clip is not None:
-            rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
-        rewards = rewards * self.reward_scale
-        if self.lag_correction == "vtrace":
-            returns, advantages = vtrace(
-                (proximal_log_prob - old_log_prob).reshape(T, K), rewards, values,
-                t["terminated"], t["truncated"], t["truncation_value"], t["bootstrap_value"],
-                self.gamma, self.gae_lambda, self.rho_bar, self.c_bar)
-        else:
-            advantages, returns = generalized_advantage_estimation(
-                rewards, values, t["terminated"], t["truncated"], t["truncation_value"],
-                t["bootstrap_value"], self.gamma, self.gae_lambda)
-        advantages, returns = advantages.reshape(n), returns.reshape(n)
+            if self.state_size:  # one pass over the batch from the actors' states
+                dist, all_values, states = self.model.sequence(
+                    obs, t["initial_state"], t["episode_start"], keep_every=layout.L)
+                start_states = layout.start_states(states)
+                if self.recompute_values:
+                    values = all_values.reshape(T, K)
+                if self.lag_correction != "none":
+                    proximal_log_prob = dist.log_prob(
+                        t["action"].reshape(T * K, -1)).reshape(T, K)
+            else:
+                flat = obs.reshape((T * K,) + tuple(obs.shape[2:]))
+                if self.recompute_values:
+                    values = self.model.state_value(flat).reshape(T, K)
+                if self.lag_correction != "none":
+                    proximal_log_prob = self.model.distribution(flat).log_prob(
+                        t["action"].reshape(T * K, -1)).reshape(T, K)
+        advantages, returns = self._advantages(t, values, proximal_log_prob)
+        col = layout.columns
+        samples = {"action": col(t["action"]), "old_log_prob": col(t["log_prob"]),
+                   "advantages": col(advantages), "returns": col(returns)}
+        if proximal_log_prob is not None:
+            samples["proximal"] = col(proximal_log_prob)
+        obs_columns = col(obs)
+        starts = col(t["episode_start"]) if self.state_size else None
         totals: Dict[str, float] = {}
         steps = skipped = 0
-        mb = min(self.mini_batch_size, n)
+        per_minibatch = layout.columns_per_minibatch(self.mini_batch_size)
+        num_columns = layout.num_columns
         for _ in range(self.num_epochs):
-            order = torch.randperm(n, generator=self.generator).to(dev)
-            for start in range(0, n - mb + 1, mb):
-                idx = order[start:start + mb]
-                dist, value = self.model.evaluate(obs[idx])
-                out = ppo_loss(dist.log_prob(action[idx]), old_log_prob[idx],
-                               advantages[idx], value, returns[idx],
+            order = torch.randperm(num_columns, generator=self.generator).to(dev)
+            for first in range(0, num_columns - per_minibatch + 1, per_minibatch):
+                idx = order[first:first + per_minibatch]
+                if self.state_size:
+                    dist, value, _ = self.model.sequence(
+                        obs_columns[:, idx], start_states[idx], starts[:, idx])
+                else:
+                    dist, value = self.model.evaluate(obs_columns[0, idx])
+                mb = {k: layout.pick(v, idx) for k, v in samples.items()}
+                out = ppo_loss(dist.log_prob(mb["action"]), mb["old_log_prob"],
+                               mb["advantages"], value, mb["returns"],
                                dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
-                               self.normalize_advantages,
-                               None if proximal_log_prob is None else proximal_log_prob[idx],
-                               self.rho_bar)
-                self.optimizer.zero_grad(set_to_none=True)
-                out.loss.backward()
-                params = [p for p in self.model.parameters() if p.grad is not None]
-                if self.max_grad_norm > 0:
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                else:
-                    grad_norm = torch.linalg.vector_norm(
-                        torch.stack([p.grad.norm() for p in params]))
-                if not (torch.isfinite(out.loss) and torch.isfinite(grad_norm)):
-                    # Never apply a non-finite update; stop if it keeps happening.
-                    self.optimizer.zero_grad(set_to_none=True)
+                               self.normalize_advantages, mb.get("proximal"), self.rho_bar)
+                grad_norm = self._step(self.model, self.optimizer, out.loss,
+                                       self.max_grad_norm, lambda: (
+                                           f"training iteration {self.iteration}, epoch "
+                                           f"pass {steps // (num_columns // per_minibatch)}"))
+                steps += 1
+                if grad_norm is None:
                     skipped += 1
-                    self._consecutive_skips += 1
-                    if self._consecutive_skips > self.max_skipped_updates:
-                        raise NonFiniteError(
-                            f"non-finite {'loss' if not torch.isfinite(out.loss) else 'gradient norm'}"
-                            f" at training iteration {self.iteration}, epoch pass "
-                            f"{steps // max(1, n // mb)}: loss={out.loss.item()}, "
-                            f"grad_norm={grad_norm.item()} ({self._consecutive_skips} "
-                            f"non-finite updates in a row, more than "
-                            f"PPOLearner.max_skipped_updates={self.max_skipped_updates})")
-                    steps += 1
                     continue
-                self._consecutive_skips = 0
-                self.optimizer.step()
                 for key, value in out.stats.items():
                     totals[key] = totals.get(key, 0.0) + float(value)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
-                steps += 1
         stats = {k: v / max(steps - skipped, 1) for k, v in totals.items()}
         stats["skipped_updates"] = float(skipped)
-        stats["explained_variance"] = explained_variance(values.reshape(n), returns)
+        stats["explained_variance"] = explained_variance(values.reshape(-1),
+                                                         returns.reshape(-1))
         action_std = self.model.actor.action_std()
         if action_std is not None:
             stats["action_std"] = action_std
         stats["gradient_steps"] = float(steps - skipped)
         self.iteration += 1
         return stats
+
+    def _advantages(self, t: Mapping[str, torch.Tensor], values: torch.Tensor,
+                    proximal_log_prob: Optional[torch.Tensor]):
+        """(advantages, returns) [T, K] of a batch: GAE on the (clipped,
+        scaled) rewards, or V-trace with the proximal policy's ratios."""
+        rewards = t["reward"]
+        if self.reward_clip is not None:
+            rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
+        rewards = rewards * self.reward_scale
+        if self.lag_correction == "vtrace":
+            returns, advantages = vtrace(
+                proximal_log_prob - t["log_prob"], rewards, values,
+                t["terminated"], t["truncated"], t["truncation_value"], t["bootstrap_value"],
+                self.gamma, self.gae_lambda, self.rho_bar, self.c_bar)
+            return advantages, returns
+        return generalized_advantage_estimation(
+            rewards, values, t["terminated"], t["truncated"], t["truncation_value"],
+            t["bootstrap_value"], self.gamma, self.gae_lambda)
 
     def all_finite(self) -> bool:
         """Whether the weights, optimizer moments and normalizer statistics are finite."""

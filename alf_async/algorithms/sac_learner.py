@@ -33,7 +33,7 @@ import gin
 import numpy as np
 import torch
 
-from alf_async.algorithms.ppo_learner import NonFiniteError
+from alf_async.algorithms.guarded_step import NonFiniteError
 from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
                                            polyak_update, temperature_loss)
 from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,

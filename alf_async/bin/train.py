@@ -55,7 +55,7 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     warm_up_torch_children()  # the actors' imports run beside this process's
     import gin
 
-    from alf_async.algorithms.ppo_learner import NonFiniteError
+    from alf_async.algorithms.guarded_step import NonFiniteError
     from alf_async.checkpoint import CheckpointError
     from alf_async.config import ConfigError, parse_config
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError

@@ -22,7 +22,7 @@ from alf_async.envs.spaces import (DISCRETE, ActionSpec, ObservationSpec, action
 
 # Modules imported before an id lookup so that their env ids are registered.
 _REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection",
-                        "alf_async.envs.image_envs")
+                        "alf_async.envs.image_envs", "alf_async.envs.masked_envs")
 
 
 class UnknownEnvError(ValueError):

@@ -127,7 +127,8 @@ class _Worker:
                 self.learner.load_local_state(from_bytes(launch.local_state))
             self.trajectory = allocate_trajectory(s.unroll_length, s.num_envs,
                                                   env.observation_spec, env.action_spec.dim,
-                                                  next_observation=self.sac)
+                                                  next_observation=self.sac,
+                                                  state_size=self.actor.state_size)
             self.env_steps = 0
             self.gradient_steps = int(getattr(self.learner, "gradient_steps", 0))
             if self.sac:

@@ -35,6 +35,8 @@ import torch.nn as nn
 from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
 from alf_async.networks.encoders import ImageEncoder
+from alf_async.networks.recurrent import RNN_KINDS, RecurrentCore
+from alf_async.utils.validation import check
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -202,14 +204,28 @@ class ActorCritic(nn.Module):
     shapes the features too, as in Stable-Baselines3's and Sample Factory's
     defaults), or one each.
 
+    With ``rnn`` set, a recurrent core (``networks.recurrent.RecurrentCore``)
+    sits between the encoder (or the observation) and the MLPs, and the network
+    carries a state of ``state_size`` S floats per env: ``step`` acts on one
+    step, ``sequence`` re-runs a [T, B] unroll from its start states. Without
+    ``rnn`` (the default) the network is feed-forward, S = 0, and ``step`` and
+    ``sequence`` give what ``evaluate`` gives.
+
     Args:
         observation: the env's ``ObservationSpec`` (an int O: a float32 vector).
         action_spec: the env's action space (an int A: A continuous dimensions).
         shared_encoder: one image encoder for both networks (images only).
+        rnn: None (feed-forward), "lstm" or "gru".
+        rnn_size: the core's hidden size H.
+        shared_rnn: one core whose output feeds both MLPs (the default: one
+            recurrent pass per step serves both, as Sample Factory's default), or
+            one core each (as sb3-contrib's RecurrentPPO; the state is then the
+            actor core's followed by the value core's).
     """
 
     def __init__(self, observation: Union[ObservationSpec, int],
-                 action_spec: Union[ActionSpec, int], shared_encoder: bool = True):
+                 action_spec: Union[ActionSpec, int], shared_encoder: bool = True,
+                 rnn: Optional[str] = None, rnn_size: int = 128, shared_rnn: bool = True):
         super().__init__()
         spec = self.observation_spec = as_observation_spec(observation)
         self.observation_dim = spec.dim
@@ -224,8 +240,34 @@ class ActorCritic(nn.Module):
                 self.actor_encoder = ImageEncoder(spec)
                 self.value_encoder = ImageEncoder(spec)
                 features = self.actor_encoder.feature_size
+        check("ActorCritic", "rnn", rnn, "choice", choices=(None,) + RNN_KINDS)
+        check("ActorCritic", "rnn_size", rnn_size, "int", low=1)
+        check("ActorCritic", "shared_rnn", shared_rnn, "bool")
+        self.rnn = rnn
+        self.shared_rnn = bool(shared_rnn)
+        self._actor_state = 0  # S of the actor's core (the value core's follows)
+        if rnn is not None:
+            if self.shared_rnn:
+                self.core = RecurrentCore(rnn, features, rnn_size)
+                self._actor_state = self.core.state_size
+            else:
+                self.actor_core = RecurrentCore(rnn, features, rnn_size)
+                self.value_core = RecurrentCore(rnn, features, rnn_size)
+                self._actor_state = self.actor_core.state_size
+            features = int(rnn_size)
         self.actor = ActorNetwork(features, self.action_spec)
         self.value = ValueNetwork(features)
+
+    @property
+    def state_size(self) -> int:
+        """S: floats of recurrent state per env (0: feed-forward)."""
+        if self.rnn is None:
+            return 0
+        return self._actor_state * (1 if self.shared_rnn else 2)
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The state of B envs at the start of an episode: zeros [B, S]."""
+        return torch.zeros(batch, self.state_size)
 
     def _encoded(self, observation: torch.Tensor, encoder: str) -> torch.Tensor:
         """The input of one head ("actor_encoder" or "value_encoder") for
@@ -235,36 +277,118 @@ class ActorCritic(nn.Module):
             return observation
         return (self.encoder if self.shared_encoder else getattr(self, encoder))(observation)
 
+    def _inputs(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(actor input, value input) [B, F] of observations [B, *O]: one
+        tensor twice unless the image encoders are separate."""
+        if not self.observation_spec.is_image or self.shared_encoder:
+            x = self._encoded(observation, "actor_encoder")
+            return x, x
+        return self.actor_encoder(observation), self.value_encoder(observation)
+
     def evaluate(self, observation: torch.Tensor) -> Tuple[ActionDistribution, torch.Tensor]:
-        """(the action distribution, value [B]) of (normalized) observations [B, *O];
+        """(the action distribution, value [B]) of (normalized) observations [B, *O]
+        (feed-forward networks; recurrent ones use ``step`` or ``sequence``);
         a shared image encoder runs once for both."""
+        self._check_feed_forward("evaluate")
         if self.shared_encoder:
             features = self.encoder(observation)
             return self.actor(features), self.value(features)
         return self.distribution(observation), self.state_value(observation)
 
     def distribution(self, observation: torch.Tensor) -> ActionDistribution:
-        """The action distribution of (normalized) observations [B, *O]."""
+        """The action distribution of (normalized) observations [B, *O]
+        (feed-forward networks)."""
+        self._check_feed_forward("distribution")
         return self.actor(self._encoded(observation, "actor_encoder"))
 
     def state_value(self, observation: torch.Tensor) -> torch.Tensor:
-        """Value [B] of (normalized) observations [B, *O]."""
+        """Value [B] of (normalized) observations [B, *O] (feed-forward networks)."""
+        self._check_feed_forward("state_value")
         return self.value(self._encoded(observation, "value_encoder"))
+
+    def _check_feed_forward(self, method: str) -> None:
+        if self.rnn is not None:
+            raise TypeError(f"ActorCritic.{method} is for feed-forward networks; this one "
+                            f"has ActorCritic.rnn={self.rnn!r}: use step() or sequence()")
+
+    def step(self, observation: torch.Tensor, state: torch.Tensor
+             ) -> Tuple[ActionDistribution, torch.Tensor, torch.Tensor]:
+        """One step: (normalized) observations [B, *O] and the state each env
+        carries [B, S] -> (action distribution, value [B], next state [B, S])."""
+        if self.rnn is None:
+            dist, value = self.evaluate(observation)
+            return dist, value, state
+        actor_in, value_in = self._inputs(observation)
+        if self.shared_rnn:
+            out, next_state = self.core(actor_in, state)
+            return self.actor(out), self.value(out), next_state
+        split = self._actor_state
+        actor_out, actor_next = self.actor_core(actor_in, state[:, :split])
+        value_out, value_next = self.value_core(value_in, state[:, split:])
+        return (self.actor(actor_out), self.value(value_out),
+                torch.cat([actor_next, value_next], dim=-1))
+
+    def sequence(self, observation: torch.Tensor, state: torch.Tensor,
+                 episode_start: torch.Tensor, keep_every: int = 0
+                 ) -> Tuple[ActionDistribution, torch.Tensor, Optional[torch.Tensor]]:
+        """Re-run an unroll of B envs.
+
+        Args:
+            observation: [T, B, *O] (normalized).
+            state: [B, S], the state each env started the unroll with.
+            episode_start: [T, B] bool, an episode begins at step t (the state
+                is zeroed before it).
+            keep_every: L > 0: also return the states steps 0, L, 2L, ...
+                started from.
+        Returns:
+            (action distribution over the T * B samples in time-major order,
+            value [T * B], the kept states [T / L, B, S] or None).
+        """
+        T, B = observation.shape[:2]
+        flat = observation.reshape((T * B,) + tuple(observation.shape[2:]))
+        if self.rnn is None:
+            dist, value = self.evaluate(flat)
+            return dist, value, (state.new_zeros((T // keep_every, B, 0)) if keep_every
+                                 else None)
+        actor_in, value_in = (x.reshape(T, B, -1) for x in self._inputs(flat))
+        if self.shared_rnn:
+            out, states = self.core.run_sequence(actor_in, state, episode_start, keep_every)
+            out = out.reshape(T * B, -1)
+            return self.actor(out), self.value(out), states
+        split = self._actor_state
+        actor_out, actor_states = self.actor_core.run_sequence(
+            actor_in, state[:, :split], episode_start, keep_every)
+        value_out, value_states = self.value_core.run_sequence(
+            value_in, state[:, split:], episode_start, keep_every)
+        states = torch.cat([actor_states, value_states], dim=-1) if keep_every else None
+        return (self.actor(actor_out.reshape(T * B, -1)),
+                self.value(value_out.reshape(T * B, -1)), states)
 
     @torch.no_grad()
     def act(self, observation: torch.Tensor, generator: torch.Generator = None,
-            deterministic: bool = False):
+            deterministic: bool = False, state: Optional[torch.Tensor] = None):
         """Sample actions for (normalized) observations [K, *O].
 
         Returns (action [K, A] stored rows, log_prob [K], value [K]); with
         ``deterministic`` the action is the distribution's mode (the mean of a
-        Normal, the most likely choice of a Categorical).
+        Normal, the most likely choice of a Categorical). A recurrent network
+        takes the envs' ``state`` [K, S] and returns the next state [K, S] as a
+        fourth element.
         """
-        dist, value = self.evaluate(observation)
+        if state is None:
+            dist, value = self.evaluate(observation)
+        else:
+            dist, value, state = self.step(observation, state)
         action = dist.mode() if deterministic else dist.sample(generator)
-        return action, dist.log_prob(action), value
+        if state is None:
+            return action, dist.log_prob(action), value
+        return action, dist.log_prob(action), value, state
 
     @torch.no_grad()
-    def predict_value(self, observation: torch.Tensor) -> torch.Tensor:
-        """Value [K] of (normalized) observations [K, *O]."""
-        return self.state_value(observation)
+    def predict_value(self, observation: torch.Tensor,
+                      state: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Value [K] of (normalized) observations [K, *O] (with the envs' state
+        [K, S] for a recurrent network; the state is not advanced)."""
+        if state is None:
+            return self.state_value(observation)
+        return self.step(observation, state)[1]

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from alf_async.runtime.policy import act_with_state, start_states
+
 
 class PlayError(ValueError):
     """A problem with the user's input, explained for the user."""
@@ -194,10 +196,11 @@ def run_episodes(policy, env, num_episodes: int, seed: int = 0, writer=None,
             observation = env.reset(seed=seed + index)
             frame = env.render() if writer is not None else None
         total, steps = 0.0, 0
+        state = start_states(policy, 1)  # a recurrent policy's memory, zero at reset
         if writer is not None:
             writer.add(frame, _label(index, steps, total) if overlay else None)
         while True:
-            action, _, _ = policy.act(observation[None])
+            action, state = act_with_state(policy, observation[None], state)
             observation, reward, terminated, truncated, _ = env.step(action[0])
             total += reward
             steps += 1

@@ -31,7 +31,7 @@ from alf_async.config import gin_imports
 from alf_async.envs.batched_env import BatchedEnv
 from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
-from alf_async.runtime.policy import PolicyFactory
+from alf_async.runtime.policy import PolicyFactory, policy_state_size
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import ArraySpec
@@ -77,6 +77,11 @@ class Actor:
             self.version = -1
             self.digest = 0
             self._observation = self.env.reset()
+            # A recurrent policy's state per env [K, S] (S = 0: feed-forward),
+            # and which envs begin an episode at the next step.
+            self.state_size = policy_state_size(self.policy)
+            self._state = np.zeros((s.num_envs, self.state_size), np.float32)
+            self._episode_start = np.ones(s.num_envs, bool)
         except BaseException:
             self.env.close()
             raise
@@ -89,6 +94,8 @@ class Actor:
         """
         s = self.settings
         self._observation = self.env.reseed(s.env_seed(self.actor_id, epoch, self.generation))
+        self._state[:] = 0.0
+        self._episode_start[:] = True
         self.env.pop_finished_episodes()
         self.policy.reseed(s.policy_seed(self.actor_id, epoch, self.generation))
 
@@ -110,6 +117,12 @@ class Actor:
 
         ``on_step`` is called before every step (the actor process uses it to
         send heartbeats); ``unroll_steps`` is then the env steps taken so far.
+
+        A recurrent policy (``state_size`` S > 0) acts with each env's state,
+        which is zeroed where an episode ends (terminated, truncated, or the
+        env failed and was recreated); the unroll's ``initial_state`` [K, S] is
+        the state each env started it with and ``episode_start`` [T, K] marks
+        the steps that begin an episode (the state was zero before them).
         """
         start = time.perf_counter()
         timing = {"inference": 0.0, "env": 0.0}
@@ -117,12 +130,20 @@ class Actor:
         env, policy = self.env, self.policy
         last = self.settings.unroll_length - 1
         next_obs = out.get("next_observation")
+        state = self._state  # [K, S], updated split by split
+        recurrent = self.state_size > 0
+        if recurrent:
+            out["initial_state"][:] = state
+            out["episode_start"][0] = self._episode_start
 
         def act_and_send(split: int, t: int) -> None:
             envs = env.splits[split]
             t0 = time.perf_counter()
             split_obs = np.ascontiguousarray(obs[envs])
-            action, log_prob, value = policy.act(split_obs)
+            if recurrent:
+                action, log_prob, value, state[envs] = policy.act(split_obs, state[envs])
+            else:
+                action, log_prob, value = policy.act(split_obs)
             out["observation"][t, envs] = split_obs
             out["action"][t, envs] = action
             out["log_prob"][t, envs] = log_prob
@@ -147,8 +168,18 @@ class Actor:
                 truncation_value = np.zeros(len(result.reward), np.float32)
                 if result.truncated.any():
                     idx = np.flatnonzero(result.truncated)
-                    truncation_value[idx] = policy.value(result.final_observation[idx])
+                    if recurrent:  # the state after acting at t, before its reset
+                        truncation_value[idx] = policy.value(
+                            result.final_observation[idx], state[envs][idx])
+                    else:
+                        truncation_value[idx] = policy.value(result.final_observation[idx])
                 out["truncation_value"][t, envs] = truncation_value
+                if recurrent:
+                    ended = result.terminated | result.truncated
+                    state[envs] *= ~ended[:, None]
+                    self._episode_start[envs] = ended
+                    if t < last:
+                        out["episode_start"][t + 1, envs] = ended
                 if next_obs is not None:  # off-policy: s_{t+1} of this episode
                     done = result.terminated | result.truncated
                     done = done.reshape(done.shape + (1,) * (result.observation.ndim - 1))
@@ -160,7 +191,7 @@ class Actor:
                 if t < last:
                     act_and_send(split, t + 1)
         t0 = time.perf_counter()
-        out["bootstrap_value"][:] = policy.value(obs)
+        out["bootstrap_value"][:] = policy.value(obs, state) if recurrent else policy.value(obs)
         timing["inference"] += time.perf_counter() - t0
         self._observation = obs
         self.unroll_steps = 0

@@ -25,7 +25,7 @@ class InProcessActorPool:
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
                  observation: ObservationSpec, action_dim: int, epoch: int = 0,
-                 env_modules: Sequence[str] = ()):
+                 env_modules: Sequence[str] = (), state_size: int = 0):
         self.settings = settings
         self.policy_factory = policy_factory
         self.epoch = epoch
@@ -33,7 +33,8 @@ class InProcessActorPool:
         self.actor: Optional[Actor] = None
         self.buffer = allocate_trajectory(settings.unroll_length, settings.num_envs,
                                           observation, action_dim,
-                                          next_observation=settings.off_policy)
+                                          next_observation=settings.off_policy,
+                                          state_size=state_size)
         self._weights: Optional[Tuple[int, Dict[str, np.ndarray]]] = None
 
     def publish_weights(self, arrays: Mapping[str, np.ndarray], version: int) -> None:

@@ -7,11 +7,15 @@ a policy itself: the pool gets a factory ``factory(observation_spec, action_spec
 seed) -> Policy`` (the env's ``envs.spaces.ObservationSpec`` and ``ActionSpec``)
 (the learner's ``NeuralPolicy`` in training runs, scripted policies in the
 runtime's tests).
+
+A recurrent policy has ``state_size`` S > 0 and takes each env's state: the
+actor calls ``act(obs, state)`` -> (action, log_prob, value, next state [K, S])
+and ``value(obs, state)``, and keeps the states (``runtime.actor``).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol, Tuple
+from typing import Callable, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -31,3 +35,27 @@ class Policy(Protocol):
 
 
 PolicyFactory = Callable[[int, int, int], Policy]
+
+
+def policy_state_size(policy: object) -> int:
+    """S of a policy: its recurrent state's floats per env (0: feed-forward,
+    also for policies that do not say)."""
+    return int(getattr(policy, "state_size", 0))
+
+
+def start_states(policy: object, batch: int) -> Optional[np.ndarray]:
+    """The states [B, S] ``batch`` envs start an episode with (zeros), or None
+    for a feed-forward policy."""
+    size = policy_state_size(policy)
+    return np.zeros((batch, size), np.float32) if size else None
+
+
+def act_with_state(policy: Policy, observation: np.ndarray, state: Optional[np.ndarray]
+                   ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """(actions [B, A], next states [B, S] or None) for observations [B, *O]
+    and the envs' states (None: a feed-forward policy), for the loops that
+    play episodes (evaluation, the play command)."""
+    if state is None:
+        return policy.act(observation)[0], None
+    action, _, _, state = policy.act(observation, state)
+    return action, state

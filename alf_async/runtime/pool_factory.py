@@ -18,15 +18,19 @@ from alf_async.settings import TrainerSettings
 
 def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
                     example_weights: Mapping[str, np.ndarray], observation: ObservationSpec,
-                    action_dim: int, gin_config: str = "", epoch: int = 0) -> ActorPool:
-    """The pool of ``settings.backend`` ("process", "inprocess" or "ray")."""
+                    action_dim: int, gin_config: str = "", epoch: int = 0,
+                    state_size: int = 0) -> ActorPool:
+    """The pool of ``settings.backend`` ("process", "inprocess" or "ray");
+    ``state_size``: S of the actors' recurrent policy (0: feed-forward), which
+    sizes the trajectories' ``initial_state``."""
     if settings.backend == "inprocess":
         from alf_async.runtime.inprocess_pool import InProcessActorPool
 
         from alf_async.config import gin_imports
 
         return InProcessActorPool(settings, policy_factory, observation, action_dim,
-                                  epoch=epoch, env_modules=gin_imports(gin_config))
+                                  epoch=epoch, env_modules=gin_imports(gin_config),
+                                  state_size=state_size)
     if settings.backend == "ray":
         from alf_async.runtime.ray_pool import RayActorPool
 
@@ -35,4 +39,5 @@ def make_actor_pool(settings: TrainerSettings, policy_factory: PolicyFactory,
     from alf_async.runtime.process_pool import ProcessActorPool
 
     return ProcessActorPool(settings, policy_factory, example_weights, observation,
-                            action_dim, gin_config=gin_config, epoch=epoch)
+                            action_dim, gin_config=gin_config, epoch=epoch,
+                            state_size=state_size)

@@ -60,12 +60,13 @@ class ProcessActorPool:
         gin_config: bindings each actor process parses (network sizes).
         epoch: iteration the run starts from (seeds the actors).
         startup_timeout_s: time an actor may take to become ready.
+        state_size: S of the actors' recurrent policy (0: feed-forward).
     """
 
     def __init__(self, settings: TrainerSettings, policy_factory: PolicyFactory,
                  example_weights: Mapping[str, np.ndarray], observation: ObservationSpec,
                  action_dim: int, gin_config: str = "", epoch: int = 0,
-                 startup_timeout_s: float = 120.0):
+                 startup_timeout_s: float = 120.0, state_size: int = 0):
         self.settings = settings
         self.policy_factory = policy_factory
         self.gin_config = gin_config
@@ -82,7 +83,7 @@ class ProcessActorPool:
             self.slots = TrajectorySlots.create(
                 settings.num_actors * settings.slots_per_actor, settings.unroll_length,
                 settings.num_envs, observation, action_dim,
-                next_observation=settings.off_policy)
+                next_observation=settings.off_policy, state_size=state_size)
         except BaseException:
             self.store.close()
             raise

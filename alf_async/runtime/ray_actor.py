@@ -80,7 +80,8 @@ class _RayActor:
         self.buffer = allocate_trajectory(s.unroll_length, s.num_envs,
                                           self.actor.env.observation_spec,
                                           self.actor.env.action_spec.dim,
-                                          next_observation=s.off_policy)
+                                          next_observation=s.off_policy,
+                                          state_size=self.actor.state_size)
 
     def ready(self) -> Tuple[int, List[int], str]:
         """(pid, env-worker pids, node id), once the envs are built."""

@@ -15,6 +15,10 @@ One trajectory is an unroll of T steps on K envs (time-major):
 | bootstrap_value  | [K]        | float32 | V(s_T) after the last step                  |
 | next_observation | [T, K, *O] | O's     | s_{t+1}, the final observation where the    |
 |                  |            |         | episode ended at t (off-policy runs only)   |
+| initial_state    | [K, S]     | float32 | recurrent policies only (S > 0): the state  |
+|                  |            |         | each env started the unroll with            |
+| episode_start    | [T, K]     | bool    | recurrent policies only: an episode begins  |
+|                  |            |         | at t (its state was reset to zero before t) |
 
 *O and O's dtype: the env's ``ObservationSpec`` ([O] float32 for a vector; an
 image keeps its shape, and uint8 frames stay uint8: 1 byte a pixel, not 4).
@@ -50,10 +54,13 @@ _FIELDS = {
 def trajectory_specs(unroll_length: int, num_envs: int,
                      observation: Union[ObservationSpec, int], action_dim: int,
                      num_slots: Optional[int] = None,
-                     next_observation: bool = False) -> Dict[str, ArraySpec]:
+                     next_observation: bool = False, state_size: int = 0
+                     ) -> Dict[str, ArraySpec]:
     """Array specs of a trajectory, with a leading slot dim if ``num_slots``
-    (and the ``next_observation`` field if asked: off-policy runs);
-    ``observation``: the env's ``ObservationSpec`` (an int O: a float32 vector)."""
+    (and the ``next_observation`` field if asked: off-policy runs; the
+    ``initial_state`` and ``episode_start`` fields for a recurrent policy's
+    ``state_size`` S > 0); ``observation``: the env's ``ObservationSpec`` (an
+    int O: a float32 vector)."""
     obs = as_observation_spec(observation)
     lead = () if num_slots is None else (num_slots,)
     specs = {}
@@ -68,25 +75,29 @@ def trajectory_specs(unroll_length: int, num_envs: int,
         specs["next_observation"] = ArraySpec(
             lead + (unroll_length, num_envs) + obs.shape, obs.dtype)
         specs["env_failed"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
+    if state_size > 0:
+        specs["initial_state"] = ArraySpec(lead + (num_envs, state_size), "float32")
+        specs["episode_start"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
     return specs
 
 
 def trajectory_nbytes(unroll_length: int, num_envs: int,
                       observation: Union[ObservationSpec, int], action_dim: int,
-                      next_observation: bool = False) -> int:
+                      next_observation: bool = False, state_size: int = 0) -> int:
     """Bytes of one trajectory."""
     return sum(s.nbytes for s in trajectory_specs(
         unroll_length, num_envs, observation, action_dim,
-        next_observation=next_observation).values())
+        next_observation=next_observation, state_size=state_size).values())
 
 
 def allocate_trajectory(unroll_length: int, num_envs: int,
                         observation: Union[ObservationSpec, int], action_dim: int,
-                        next_observation: bool = False) -> Dict[str, np.ndarray]:
+                        next_observation: bool = False, state_size: int = 0
+                        ) -> Dict[str, np.ndarray]:
     """A private (non-shared) trajectory buffer."""
     return {k: np.zeros(s.shape, s.dtype) for k, s in trajectory_specs(
         unroll_length, num_envs, observation, action_dim,
-        next_observation=next_observation).items()}
+        next_observation=next_observation, state_size=state_size).items()}
 
 
 class TrajectorySlots:
@@ -99,9 +110,10 @@ class TrajectorySlots:
     @classmethod
     def create(cls, num_slots: int, unroll_length: int, num_envs: int,
                observation: Union[ObservationSpec, int], action_dim: int,
-               next_observation: bool = False) -> "TrajectorySlots":
+               next_observation: bool = False, state_size: int = 0) -> "TrajectorySlots":
         specs = trajectory_specs(unroll_length, num_envs, observation, action_dim,
-                                 num_slots, next_observation=next_observation)
+                                 num_slots, next_observation=next_observation,
+                                 state_size=state_size)
         return cls(SharedArrays.create(specs, tag="traj"))
 
     @classmethod

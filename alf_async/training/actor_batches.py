@@ -57,7 +57,8 @@ class ActorBatches:
         s = self.settings
         self.pool = make_actor_pool(s, self.policy_factory, self.learner.weight_arrays(),
                                     self.observation, self.action_dim, run.gin_config,
-                                    epoch=int(run.counters["iteration"]))
+                                    epoch=int(run.counters["iteration"]),
+                                    state_size=getattr(self.learner, "state_size", 0))
         self.publish(version)
         logger.info("starting %d actor(s) x %d envs (%s backend, %d env workers and %d "
                     "env split(s) each), unroll_length %d%s", s.num_actors, s.num_envs,

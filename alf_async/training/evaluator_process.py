@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from alf_async.runtime.policy import act_with_state, start_states
 from alf_async.utils.process import started_by
 
 
@@ -91,8 +92,13 @@ def play_episodes(policy: Any, envs: Sequence[Any], seed: int) -> Tuple[List[flo
     returns = [0.0] * len(envs)
     lengths = [0] * len(envs)
     running = list(range(len(envs)))
+    states = start_states(policy, len(envs))  # [E, S] of a recurrent policy, else None
     while running:
-        actions, _, _ = policy.act(np.stack([observations[i] for i in running]))
+        actions, next_states = act_with_state(
+            policy, np.stack([observations[i] for i in running]),
+            None if states is None else states[running])
+        if states is not None:
+            states[running] = next_states
         still_running = []
         for row, i in enumerate(running):
             observation, reward, terminated, truncated, _ = envs[i].step(actions[row])

@@ -72,10 +72,24 @@ def check_observations(settings: TrainerSettings, observation: ObservationSpec) 
             f"'ppo', whose networks take images")
 
 
+def _bound_value(parameter: str) -> Any:
+    """The value gin binds to ``parameter`` ("Configurable.name"), or None."""
+    try:
+        return gin.query_parameter(parameter)
+    except ValueError:
+        return None
+
+
 def make_learner(settings: TrainerSettings, observation: ObservationSpec,
                  action_spec: ActionSpec) -> Any:
     """The learner of ``settings.algorithm`` (its batch sizes checked for PPO)."""
     if settings.off_policy:
+        rnn = _bound_value("ActorCritic.rnn")
+        if rnn is not None:
+            raise ConfigError(
+                f"ActorCritic.rnn={rnn!r} makes PPO's networks recurrent; "
+                f"Trainer.algorithm='sac' has feed-forward networks only so far: "
+                f"remove the binding or use Trainer.algorithm='ppo'")
         return SACLearner(observation, action_spec, seed=settings.seed)
     learner = PPOLearner(observation, action_spec, seed=settings.seed)
     try:

@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 import gin
 import torch
 
-from alf_async.algorithms.ppo_learner import NonFiniteError
+from alf_async.algorithms.guarded_step import NonFiniteError
 from alf_async.checkpoint import CheckpointError, Checkpointer
 from alf_async.metrics import MetricsRecorder
 from alf_async.runtime.actor_pool import ActorPoolError
