@@ -16,7 +16,7 @@ bonus, observations normalized (VecNormalize, rewards not), MlpLstmPolicy with
 an LSTM of 64 for the actor and one for the critic, (64,) ReLU layers after
 them, no orthogonal init; 1e5 steps in the zoo.
 
-Prints one JSON line: {"library": "sb3_contrib", "seed", "env_steps", "learn_s",
+Stops once the threshold is reached. Prints one JSON line: {"library": "sb3_contrib", "seed", "env_steps", "learn_s",
 "env_steps_per_s", "setup_s", "curve": [[env steps, seconds since learn
 started, mean return of the last 100 episodes, as alf_async's
 ``episode_return``], ...] (one point per rollout),
@@ -82,7 +82,8 @@ def main(argv=None) -> int:
             for info in self.locals.get("infos", ()):
                 if "episode" in info:
                     self.returns.append(float(info["episode"]["r"]))
-            return True
+            # False ends learn(): stop at the threshold, as the bench's alf_async runs do.
+            return not (self.points and self.points[-1][2] >= args.threshold)
 
         def _on_rollout_end(self) -> None:
             if self.returns:
