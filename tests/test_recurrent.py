@@ -55,31 +55,30 @@ class StepCountingPolicy:
         return state[:, 0] + 100.0
 
 
-def settings(num_env_workers: int = 0, env_splits: int = 1, **kw) -> TrainerSettings:
-    return TrainerSettings(env_name=MASKED_CARTPOLE_ID, num_envs=NUM_ENVS,
+def settings(num_env_workers: int = 0, env_splits: int = 1,
+             env_name: str = MASKED_CARTPOLE_ID, max_episode_steps: int = 9) -> TrainerSettings:
+    return TrainerSettings(env_name=env_name, num_envs=NUM_ENVS,
                            num_env_workers=num_env_workers, env_splits=env_splits,
-                           unroll_length=UNROLL, max_episode_steps=9, seed=3,
-                           num_iterations=1, **kw)
+                           unroll_length=UNROLL, max_episode_steps=max_episode_steps, seed=3,
+                           num_iterations=1)
 
 
-def unrolls(actor: Actor, count: int) -> List[Dict[str, np.ndarray]]:
+def unrolls(actor: Actor, count: int, records: list = None) -> List[Dict[str, np.ndarray]]:
     out = []
     for _ in range(count):
-        buffer = allocate_trajectory(UNROLL, NUM_ENVS, actor.env.observation_spec, 1,
-                                     state_size=actor.state_size)
-        actor.unroll(buffer)
+        buffer = allocate_trajectory(UNROLL, NUM_ENVS, actor.env.observation_spec,
+                                     actor.env.action_spec.dim, state_size=actor.state_size)
+        record = actor.unroll(buffer)
+        if records is not None:
+            records.append(record)
         out.append(buffer)
     return out
 
 
-@pytest.mark.parametrize("workers,splits", [(0, 1), (2, 2)])
-def test_the_state_handed_over_is_the_state_the_unroll_began_with(workers, splits):
-    actor = Actor(0, settings(workers, splits), StepCountingPolicy)
-    try:
-        batches = unrolls(actor, 3)
-    finally:
-        actor.close()
-    count = np.zeros(NUM_ENVS)  # the state the actor carries, replayed from the flags
+def check_counts(batches: List[Dict[str, np.ndarray]]) -> None:
+    """Replay the counting policy's state from the episode flags and compare it
+    with what the actor handed over and what the policy saw at each step."""
+    count = np.zeros(NUM_ENVS)
     ended_before = np.ones(NUM_ENVS, bool)
     for b in batches:
         np.testing.assert_array_equal(b["initial_state"][:, 0], count)
@@ -97,6 +96,16 @@ def test_the_state_handed_over_is_the_state_the_unroll_began_with(workers, split
             count[ended] = 0.0
             ended_before = ended
         np.testing.assert_array_equal(b["bootstrap_value"], count + 100.0)
+
+
+@pytest.mark.parametrize("workers,splits", [(0, 1), (2, 2)])
+def test_the_state_handed_over_is_the_state_the_unroll_began_with(workers, splits):
+    actor = Actor(0, settings(workers, splits), StepCountingPolicy)
+    try:
+        batches = unrolls(actor, 3)
+    finally:
+        actor.close()
+    check_counts(batches)
     flags = np.stack([b["episode_start"][1:] for b in batches])
     assert flags.any() and not flags.all()
     # Both kinds of episode end happened mid-unroll, and some state crossed
@@ -104,6 +113,20 @@ def test_the_state_handed_over_is_the_state_the_unroll_began_with(workers, split
     assert any(b["terminated"].any() for b in batches)
     assert any(b["truncated"].any() for b in batches)
     assert any((b["initial_state"] > 0).any() for b in batches[1:])
+
+
+def test_an_env_recreated_after_a_failure_starts_from_zero_state():
+    """AlfAsyncFaultyPendulum-v0 raises in 1% of its steps (seeded): the env is
+    recreated, the step reported as truncated, and its state row zeroed."""
+    actor = Actor(0, settings(env_name="AlfAsyncFaultyPendulum-v0", max_episode_steps=1000),
+                  StepCountingPolicy)
+    records: list = []
+    try:
+        batches = unrolls(actor, 12, records)
+    finally:
+        actor.close()
+    assert sum(len(r.env_failures) for r in records) >= 1
+    check_counts(batches)
 
 
 def test_reseeding_the_actor_starts_every_env_from_zero_state():

@@ -7,6 +7,10 @@ One call of ``train(batch)`` is one training iteration:
 3. ``num_epochs`` passes over shuffled minibatches of ``mini_batch_size`` samples,
    each an Adam step on the PPO loss with global-norm gradient clipping.
 
+A recurrent network (``ActorCritic.rnn``) first re-runs the whole batch from the
+states the actor stored with it, and its minibatches are whole env sequences
+or chunks of them (``sequence_batches``; docs/recurrent.md).
+
 The learner owns the model, optimizer, normalizer and its shuffling RNG; all of
 them are in ``state_dict()`` for checkpoints, and ``weight_arrays()`` is what the
 actors receive.
@@ -272,7 +276,8 @@ class PPOLearner:
         Args:
             batch: arrays of one actor's unroll: observation [T, K, *O], action
                 [T, K, A], reward/terminated/truncated/log_prob/value/
-                truncation_value [T, K], bootstrap_value [K].
+                truncation_value [T, K], bootstrap_value [K]; for a recurrent
+                network also initial_state [K, S] and episode_start [T, K].
             behaviour_version: the weight version that acted (for
                 ``observation_stats = "behaviour"``).
         Returns:
