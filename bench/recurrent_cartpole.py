@@ -67,11 +67,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def alf_run(gin_file: str, params: List[str], root: str, threshold: Optional[float],
             timeout_s: float) -> Dict[str, Any]:
     """Train until the threshold (None: the whole budget); the run's figures."""
-    stop = None
-    if threshold is not None:
-        def stop(rows):
-            return any((r.get("episode_return") or 0) >= threshold for r in rows)
-    benchlib.run_train([gin_file], params, root, timeout_s=timeout_s, stop_when=stop,
+    def reached(rows) -> bool:
+        return threshold is not None and any(
+            (r.get("episode_return") or 0) >= threshold for r in rows)
+
+    benchlib.run_train([gin_file], params, root, timeout_s=timeout_s, stop_when=reached,
                        poll_s=1.0)
     rows = benchlib.read_metrics(os.path.join(root, "metrics.jsonl"))
     hit = next((r for r in rows if threshold is not None

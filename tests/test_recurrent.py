@@ -24,7 +24,6 @@ from alf_async.runtime.actor import Actor
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import TrainerSettings
 from reliability_helpers import read_metrics, train_in_this_process
-from conftest import REPO_ROOT
 
 UNROLL = 24
 NUM_ENVS = 4
