@@ -308,3 +308,25 @@ def test_hogwild_workers_train_an_lstm_policy(tmp_path, train_cmd):
     rows = read_metrics(root)
     assert rows and rows[-1]["iteration"] >= 6
     assert all(np.isfinite(r["policy_loss"]) for r in rows)
+
+
+@pytest.mark.parametrize("lag_correction,recompute_values,chunk_length",
+                         [("vtrace", False, None), ("decoupled", True, 8), ("none", True, None)])
+def test_every_lag_correction_and_value_recomputation_train_a_recurrent_policy(
+        lstm_bindings, lag_correction, recompute_values, chunk_length):
+    observation, action_spec, _ = env_spec(MASKED_CARTPOLE_ID)
+    learner = PPOLearner(observation, action_spec, num_epochs=2, mini_batch_size=32,
+                         chunk_length=chunk_length, lag_correction=lag_correction,
+                         recompute_values=recompute_values, seed=2)
+    actor = neural_actor(0, learner)
+    try:
+        first, second = unrolls(actor, 2)
+    finally:
+        actor.close()
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    for batch in (first, second):  # the second is one version stale
+        stats = learner.train(batch)
+        assert stats["gradient_steps"] > 0
+        assert all(np.isfinite(v) for v in stats.values()), stats
+    after = learner.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before if "rnn" in k)
