@@ -275,6 +275,7 @@ def _final_return(root: str) -> float:
     return read_metrics(root)[-1]["episode_return"]
 
 
+@pytest.mark.slow
 def test_memory_makes_the_masked_task_learnable_sync_and_async(tmp_path, train_cmd):
     """A short run of the shipped LSTM configs (sync and async N = 2) against the
     same config without memory: the LSTM policies pull well ahead. (The runs to
@@ -284,7 +285,7 @@ def test_memory_makes_the_masked_task_learnable_sync_and_async(tmp_path, train_c
             ("sync", 24000, ["--gin_file=ppo_cartpole_masked_lstm.gin"]),
             # 10 epochs a batch (not 20): slower per env step early on, faster per second
             ("async", 40000, ["--gin_file=async_ppo_cartpole_masked_lstm.gin"]),
-            ("feed_forward", 40000, ["--gin_file=ppo_cartpole_masked_lstm.gin",
+            ("feed_forward", 24000, ["--gin_file=ppo_cartpole_masked_lstm.gin",
                                      "--gin_param=ActorCritic.rnn=None",
                                      "--gin_param=ActorNetwork.hidden_sizes=(64, 64)",
                                      "--gin_param=ValueNetwork.hidden_sizes=(64, 64)"])):
