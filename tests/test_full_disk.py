@@ -110,20 +110,28 @@ def free_bytes(path: str) -> int:
 
 def fill(mount_point: str, leave: int) -> str:
     """Write a filler file that leaves at most ``leave`` bytes free (a page
-    more where the file system rounds); returns its path."""
+    more where the file system rounds); returns its path. The run may write or
+    remove files meanwhile, so the filler grows until the free space, measured
+    after each step, is down to that."""
     path = os.path.join(mount_point, "filler")
     page = os.statvfs(mount_point).f_frsize
-    size = max(0, free_bytes(mount_point) - leave) // page * page
+    filled = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        while size > 0:
-            try:
-                os.posix_fallocate(fd, 0, size)
+        for _ in range(1000):
+            excess = free_bytes(mount_point) - leave
+            if excess <= page:
                 break
+            grow = excess // page * page
+            try:
+                os.posix_fallocate(fd, filled, grow)
+                filled += grow
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
-                size -= page  # the run wrote meanwhile
+                # The run wrote meanwhile: measure again (a page less at worst).
+                if grow <= page:
+                    break
     finally:
         os.close(fd)
     assert free_bytes(mount_point) <= leave + page, (free_bytes(mount_point), leave)
