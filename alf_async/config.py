@@ -44,6 +44,7 @@ CONFIGURABLE_MODULES = (
     "alf_async.networks.encoders",
     "alf_async.networks.sac",
     "alf_async.algorithms.normalizer",
+    "alf_async.algorithms.policy",
     "alf_async.checkpoint",
     "alf_async.metrics",
     "alf_async.settings",

@@ -35,7 +35,8 @@ class RunningNormalizer:
         self.count = 0.0
         self.mean = np.zeros(dim, np.float64)
         self.m2 = np.zeros(dim, np.float64)
-        # (dtype, device) -> (mean, std) tensors; cleared whenever the stats change.
+        # (dtype, device) -> (mean, std) tensors, ("numpy", None) -> float32
+        # arrays; cleared whenever the stats change.
         self._tensors: Dict[tuple, tuple] = {}
 
     @property
@@ -69,6 +70,17 @@ class RunningNormalizer:
         mean, std = self._tensors[key]
         y = (x - mean) / std
         return y.clamp(-self.clip, self.clip) if self.clip > 0 else y
+
+    def normalize_array(self, x: np.ndarray) -> np.ndarray:
+        """``normalize`` for a float32 numpy array x [..., D] (the same float32
+        arithmetic, without torch: the actors' numpy inference)."""
+        key = ("numpy", None)
+        if key not in self._tensors:
+            self._tensors[key] = (self.mean.astype(np.float32),
+                                  np.sqrt(self.var + self.epsilon).astype(np.float32))
+        mean, std = self._tensors[key]
+        y = (x - mean) / std
+        return np.clip(y, -self.clip, self.clip, out=y) if self.clip > 0 else y
 
     def state_arrays(self) -> Dict[str, np.ndarray]:
         """Statistics as arrays: count [1], mean [D], m2 [D] (float64)."""

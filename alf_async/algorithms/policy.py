@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Tuple, Union
 
+import gin
 import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
+from alf_async.networks.numpy_inference import NumpyActorCritic
 from alf_async.runtime.weight_store import unpack_weights
 
 
+@gin.configurable
 class NeuralPolicy:
     """The actor-critic with the learner's normalizer, sampling on the CPU.
 
@@ -30,6 +33,12 @@ class NeuralPolicy:
         action_spec: the env's action space (an integer A: A continuous dimensions).
         seed: seeds the action-sampling generator.
         deterministic: act with the distribution's mean (for evaluation).
+        numpy_inference: act with a numpy copy of the networks where it can
+            (feed-forward networks on vector observations; images and recurrent
+            networks always use torch): the same outputs to float32 rounding,
+            about 3-4x cheaper per call on small batches. Actions are then
+            sampled with a numpy generator seeded from ``seed``. False: always
+            torch.
 
     Observations are normalized exactly when the published weights carry
     normalizer statistics (``PPOLearner.normalize_observations``); otherwise the
@@ -38,7 +47,7 @@ class NeuralPolicy:
 
     def __init__(self, observation: Union[ObservationSpec, int],
                  action_spec: Union[ActionSpec, int], seed: int = 0,
-                 deterministic: bool = False):
+                 deterministic: bool = False, numpy_inference: bool = True):
         spec = as_observation_spec(observation)
         self.model = ActorCritic(spec, action_spec)
         self.model.eval()
@@ -46,8 +55,17 @@ class NeuralPolicy:
         self._image = spec.is_image
         self.normalize = False
         self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
         self.deterministic = deterministic
         self.state_size = self.model.state_size
+        self.numpy_inference = bool(numpy_inference)
+        self._numpy: Optional[NumpyActorCritic] = None
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        """Copy the model's weights for numpy inference (where it applies)."""
+        if self.numpy_inference:
+            self._numpy = NumpyActorCritic.of(self.model)
 
     def initial_state(self, batch: int) -> np.ndarray:
         """The state of ``batch`` envs at an episode's start: zeros [B, S]."""
@@ -60,9 +78,15 @@ class NeuralPolicy:
         self.normalize = "normalizer" in groups
         if self.normalize:
             self.normalizer.load_state_arrays(groups["normalizer"])
+        self._snapshot()
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+
+    def _numpy_obs(self, observation: np.ndarray) -> np.ndarray:
+        x = np.asarray(observation, np.float32)
+        return self.normalizer.normalize_array(x) if self.normalize else x
 
     def _obs(self, observation: np.ndarray) -> torch.Tensor:
         if self._image:  # frames go to the model as stored (uint8 stays uint8)
@@ -74,6 +98,8 @@ class NeuralPolicy:
         """observation [K, *O] -> (action [K, A], log_prob [K], value [K]); a
         recurrent policy takes the envs' ``state`` [K, S] and returns the next
         state [K, S] fourth."""
+        if self._numpy is not None:
+            return self._numpy.act(self._numpy_obs(observation), self.rng, self.deterministic)
         if state is None:
             out = self.model.act(self._obs(observation), self.generator, self.deterministic)
         else:
@@ -84,6 +110,8 @@ class NeuralPolicy:
     def value(self, observation: np.ndarray, state: Optional[np.ndarray] = None
               ) -> np.ndarray:
         """observation [M, *O] (and a recurrent policy's states [M, S]) -> value [M]."""
+        if self._numpy is not None:
+            return self._numpy.value(self._numpy_obs(observation))
         if state is None:
             return self.model.predict_value(self._obs(observation)).numpy()
         return self.model.predict_value(
