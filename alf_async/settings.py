@@ -74,10 +74,12 @@ class TrainerSettings:
             use and N, and logged at start (the rule: ``sampling_choice.py``,
             docs/async_guide.md).
         env_splits: S, groups the actor's K envs are stepped in (double-buffered
-            sampling), or "auto" (as for W). With S = 2 and W >= 1 the actor
-            computes the actions of one half of its envs while the env workers
-            step the other half, so inference leaves the critical path; with
-            W = 0 splitting changes nothing but the order of work. Each env
+            sampling), or "auto" (as for W). With S = 2 and W >= 1 every env
+            worker steps its envs in two halves: the actor computes the actions
+            of one worker's half as soon as that worker answers, while the
+            worker steps its other half and the other workers step theirs, so
+            inference leaves the critical path and no worker waits for another;
+            with W = 0 splitting changes nothing but the order of work. Each env
             worker needs >= S envs.
             Trajectories are the same for any S given the same actions (a
             stochastic policy draws its samples in another order, and a

@@ -1,7 +1,9 @@
 """Double-buffered sampling (``Trainer.env_splits``) changes the order of work,
 never the trajectories.
 
-Split s of S holds the envs k with k % S == s. With a policy whose action depends
+Split s of S holds the envs k with k % S == s; with env workers each worker's
+envs of a split are a group of their own, received as soon as that worker
+answers. With a policy whose action depends
 on the observation alone (``ObservationPolicy``) and seeded PyBullet envs, an
 actor stepping its envs in two splits (in env-worker processes, where inference
 and stepping overlap) produces the same [T, K] trajectories as the plain loop.
@@ -98,24 +100,59 @@ def kill_and_wait(pid: int) -> None:
         time.sleep(0.01)
 
 
+def _zeros(env, group):
+    return np.zeros((len(range(env.num_envs)[env.splits[group]]), ACT_DIM), np.float32)
+
+
+def test_groups_are_one_worker_in_one_split():
+    """K = 4, W = 2, S = 2: worker 0 holds envs 0-1, worker 1 envs 2-3; the
+    groups are split-major: (split 0: env 0, env 2), (split 1: env 1, env 3).
+    With S = 1 or W = 0 a group is a whole split."""
+    with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2) as env:
+        assert [list(range(4)[g]) for g in env.splits] == [[0], [2], [1], [3]]
+    with BatchedEnv(ENV, 5, 2, seed=3, num_splits=2) as env:  # workers: 0-2, 3-4
+        assert [list(range(5)[g]) for g in env.splits] == [[0, 2], [4], [1], [3]]
+    with BatchedEnv(ENV, 4, 2, seed=3, num_splits=1) as env:
+        assert [list(range(4)[g]) for g in env.splits] == [[0, 1, 2, 3]]
+    with BatchedEnv(ENV, 4, 0, seed=3, num_splits=2) as env:
+        assert [list(range(4)[g]) for g in env.splits] == [[0, 2], [1, 3]]
+
+
+def test_a_group_is_received_while_another_worker_is_still_stepping():
+    """The group of worker 0 comes back while worker 1 is stopped (SIGSTOP):
+    no worker waits for another."""
+    with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2, worker_timeout_s=120) as env:
+        env.reset()
+        other = env.worker_pids[1]
+        os.kill(other, signal.SIGSTOP)
+        try:
+            for group in (0, 1):  # split 0 of worker 0, split 0 of worker 1
+                env.step_send(group, _zeros(env, group))
+            assert not env.step_receive(0).truncated.any()
+            assert psutil.Process(other).status() == psutil.STATUS_STOPPED
+        finally:
+            os.kill(other, signal.SIGCONT)
+        assert not env.step_receive(1).truncated.any()
+        assert env.pop_failures() == []
+
+
 def test_worker_lost_with_both_splits_in_flight():
     with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2) as env:
         obs = env.reset()
         kill_and_wait(env.worker_pids[0])  # worker 0 holds envs 0 and 1
-        for s, envs in enumerate(env.splits):
-            env.step_send(s, np.zeros((2, ACT_DIM), np.float32))
-        first, second = env.step_receive(0), env.step_receive(1)
-        # Split 0 = envs (0, 2), split 1 = envs (1, 3): env 0 and env 1 were lost.
-        assert first.truncated.tolist() == [True, False]
-        assert second.truncated.tolist() == [True, False]
-        np.testing.assert_array_equal(first.final_observation[0], obs[0])
-        np.testing.assert_array_equal(second.final_observation[0], obs[1])
+        for group in range(len(env.splits)):
+            env.step_send(group, _zeros(env, group))
+        # Groups: env 0, env 2 (split 0), env 1, env 3 (split 1).
+        results = [env.step_receive(group) for group in range(4)]
+        assert [r.truncated.tolist() for r in results] == [[True], [False], [True], [False]]
+        np.testing.assert_array_equal(results[0].final_observation[0], obs[0])
+        np.testing.assert_array_equal(results[2].final_observation[0], obs[1])
         failed = sorted(k for k, _ in env.pop_failures())
         assert failed == [0, 1]
         # The replacement steps normally afterwards, in both forms.
         env.step(np.zeros((4, ACT_DIM), np.float32))
-        env.step_send(1, np.zeros((2, ACT_DIM), np.float32))
-        assert not env.step_receive(1).truncated.any()
+        env.step_send(2, _zeros(env, 2))
+        assert not env.step_receive(2).truncated.any()
         assert env.pop_failures() == []
 
 
@@ -125,22 +162,24 @@ def test_worker_lost_with_one_split_received_and_not_sent_again():
     dropped at its next step, not silently continued from a new state."""
     with BatchedEnv(ENV, 4, 2, seed=3, num_splits=2) as env:
         obs = env.reset()
-        for s, envs in enumerate(env.splits):
-            env.step_send(s, np.zeros((2, ACT_DIM), np.float32))
-        for s, envs in enumerate(env.splits):
-            obs[envs] = env.step_receive(s).observation
+        for group in range(len(env.splits)):
+            env.step_send(group, _zeros(env, group))
+        for group, envs in enumerate(env.splits):
+            obs[envs] = env.step_receive(group).observation
         kill_and_wait(env.worker_pids[0])
-        env.step_send(1, np.zeros((2, ACT_DIM), np.float32))
-        second = env.step_receive(1)
-        assert second.truncated.tolist() == [True, False]  # env 1 (in flight)
+        env.step_send(2, _zeros(env, 2))  # env 1: worker 0, split 1
+        second = env.step_receive(2)
+        assert second.truncated.tolist() == [True]  # env 1 (in flight)
         assert sorted(k for k, _ in env.pop_failures()) == [1]
-        env.step_send(0, np.zeros((2, ACT_DIM), np.float32))
+        env.step_send(0, _zeros(env, 0))  # env 0: worker 0, split 0
         again = env.step_receive(0)
-        assert again.truncated.tolist() == [True, False]  # env 0, reset underneath
+        assert again.truncated.tolist() == [True]  # env 0, reset underneath
         np.testing.assert_array_equal(again.final_observation[0], obs[0])
         assert sorted(k for k, _ in env.pop_failures()) == [0]
-        env.step_send(0, np.zeros((2, ACT_DIM), np.float32))
+        env.step_send(0, _zeros(env, 0))
         assert not env.step_receive(0).truncated.any()
+        env.step_send(1, _zeros(env, 1))  # worker 1 was never affected
+        assert not env.step_receive(1).truncated.any()
         assert env.pop_failures() == []
 
 

@@ -84,12 +84,16 @@ class BatchedEnv:
             seconds of a command is treated as dead.
         env_modules: modules the env-worker processes import before making their
             envs (modules that register the env id, e.g. a gin config's imports).
-        num_splits: S >= 1 groups of envs that can be stepped one at a time
-            (``step_send`` / ``step_receive``): split s holds the envs k with
-            k % S == s, so every worker holds envs of every split (each worker
-            needs at least S envs). With W >= 1 the caller computes the next
-            actions of one split while the workers step the other
-            (double-buffered sampling); ``step`` steps all splits at once.
+        num_splits: S >= 1: split s holds the envs k with k % S == s, so every
+            worker holds envs of every split (each worker needs at least S
+            envs). The caller steps the envs group by group (``splits``,
+            ``step_send`` / ``step_receive``): with W = 0 or S = 1 a group is
+            a split; with W >= 1 and S >= 2 a group is the envs of one worker
+            in one split (W x S groups, split-major), so that the caller
+            computes the next actions of a group as soon as its worker answers,
+            while that worker steps its other split and the other workers step
+            theirs: no worker waits for another (double-buffered sampling).
+            ``step`` steps every env at once.
         wait_for_workers: return only once every env worker has built its envs
             (True), or at once, leaving that wait to ``wait_for_workers()`` or
             the first command, so that the caller can do its own start-up work
@@ -112,9 +116,24 @@ class BatchedEnv:
                 f"num_splits={num_splits} needs at least that many envs per env worker "
                 f"(num_envs={num_envs}, num_workers={num_workers})")
         self.num_splits = num_splits
-        # Split s is the strided slice s::S (a view, not a copy, of [K, ...] arrays).
-        self.splits: List[slice] = [slice(s, None, num_splits) for s in range(num_splits)]
-        self._in_flight: Dict[int, bool] = {}
+        # The groups the caller steps one at a time (strided slices: views, not
+        # copies, of [K, ...] arrays) and, per group, (the positions of the
+        # workers that step it, split): split s is s::S for W = 0 or S = 1
+        # (every worker, or none); with W >= 1 and S >= 2 the group of worker
+        # w in split s is the envs of w's contiguous range with k % S == s.
+        self.splits: List[slice] = []
+        self._groups: List[Tuple[Tuple[int, ...], int]] = []
+        ranges = np.array_split(np.arange(num_envs), max(num_workers, 1))
+        for split in range(num_splits):
+            if num_workers == 0 or num_splits == 1:
+                self.splits.append(slice(split, None, num_splits))
+                self._groups.append((tuple(range(num_workers)), split))
+                continue
+            for position, envs in enumerate(ranges):
+                first, end = int(envs[0]), int(envs[-1]) + 1
+                self.splits.append(slice(first + (split - first) % num_splits, end, num_splits))
+                self._groups.append(((position,), split))
+        self._in_flight: Dict[int, bool] = {}  # groups sent and not yet received
         self._starting = False  # workers started, their envs not yet confirmed built
         self._group_failures: Dict[int, List[Tuple[int, str]]] = {}  # W = 0
         self.env_name = env_name
@@ -151,8 +170,7 @@ class BatchedEnv:
             else:
                 self._block = SharedArrays.create(self._specs, tag="env")
                 self.arrays = self._block.arrays
-                groups = np.array_split(np.arange(num_envs), num_workers)
-                self._workers = [self._start_worker([int(i) for i in g], seed) for g in groups]
+                self._workers = [self._start_worker([int(i) for i in g], seed) for g in ranges]
                 self._starting = True
                 if wait_for_workers:
                     self.wait_for_workers()
@@ -193,7 +211,7 @@ class BatchedEnv:
         proc, conn, indices = worker.process, worker.conn, worker.indices
         deadline = time.monotonic() + self.worker_timeout_s
         where = f"env-worker process {proc.pid} (envs {indices[0]}..{indices[-1]})"
-        while not conn.poll(0.2):
+        while not worker.readable(0.2):
             if not proc.is_alive():
                 raise _WorkerLost(self.env_name, None,
                                   f"{where} died with {describe_exit(proc.exitcode)}")
@@ -261,36 +279,43 @@ class BatchedEnv:
             except (BrokenPipeError, OSError):
                 pass  # _collect reports the dead worker
 
-    def _collect(self, command: EnvCommand, split: Optional[int] = None
-                 ) -> List[Tuple[int, str]]:
-        """Every worker's reply to ``command`` (sent for ``split``, or for all
-        envs when None); a worker lost during a step is replaced."""
+    def _collect(self, command: EnvCommand) -> List[Tuple[int, str]]:
+        """Every worker's reply to ``command`` (sent for all envs)."""
         failures = []
         for position in range(len(self._workers)):
-            worker = self._workers[position]
-            if split is not None and split in worker.lost_splits:
-                # Its predecessor died with this split in flight: no reply comes.
-                worker.lost_splits.discard(split)
-                failures += self._mark_lost(worker.indices, split, worker.lost_reason)
-                continue
-            try:
-                failures += self._receive(worker)
-                if split is not None and split in worker.reset_splits:
-                    # These envs were reset when the worker was replaced, after
-                    # the caller had their old observations: the episode is
-                    # dropped at this step.
-                    worker.reset_splits.discard(split)
-                    failures += self._mark_lost(worker.indices, split, worker.lost_reason)
-            except _WorkerLost as e:
-                if self.fatal_env_errors or command is not EnvCommand.STEP:
-                    raise EnvError(e.env_name, e.env_index, e.details) from None
-                others = {s for s in self._in_flight if s != split}
-                failures += self._replace_worker(position, e, split, others)
+            failures += self._collect_one(position, command)
         return failures
+
+    def _collect_one(self, position: int, command: EnvCommand, split: Optional[int] = None
+                     ) -> List[Tuple[int, str]]:
+        """The reply of the worker at ``position`` to ``command`` (sent for
+        ``split``, or for all its envs when None); a worker lost during a step
+        is replaced."""
+        worker = self._workers[position]
+        if split is not None and split in worker.lost_splits:
+            # Its predecessor died with this split in flight: no reply comes.
+            worker.lost_splits.discard(split)
+            return self._mark_lost(worker.indices, split, worker.lost_reason)
+        try:
+            failures = self._receive(worker)
+            if split is not None and split in worker.reset_splits:
+                # These envs were reset when the worker was replaced, after the
+                # caller had their old observations: the episode is dropped at
+                # this step.
+                worker.reset_splits.discard(split)
+                failures += self._mark_lost(worker.indices, split, worker.lost_reason)
+            return failures
+        except _WorkerLost as e:
+            if self.fatal_env_errors or command is not EnvCommand.STEP:
+                raise EnvError(e.env_name, e.env_index, e.details) from None
+            # The worker's other splits still in flight: no reply will come.
+            others = {s for g in self._in_flight for workers, s in [self._groups[g]]
+                      if position in workers and s != split}
+            return self._replace_worker(position, e, split, others)
 
     def _run(self, command: EnvCommand, *args) -> List[Tuple[int, str]]:
         if self._in_flight:
-            raise RuntimeError(f"{command.value} while splits {sorted(self._in_flight)} "
+            raise RuntimeError(f"{command.value} while split groups {sorted(self._in_flight)} "
                                "are being stepped; call step_receive first")
         if self._group is not None:
             return self._group.run(command, args)
@@ -327,32 +352,43 @@ class BatchedEnv:
         self.arrays["action"][:] = action
         return self._result(slice(None), self._run(EnvCommand.STEP))
 
-    def step_send(self, split: int, action: np.ndarray) -> None:
-        """Start stepping the envs of ``split`` (``self.splits[split]``, K/S of
-        them) with ``action`` [K/S, A]; ``step_receive(split)`` returns the
-        result. With W >= 1 this returns at once (the workers step while the
-        caller works; the first command also waits for the workers' start-up
-        if the constructor did not); with W = 0 the envs are stepped here."""
-        if split in self._in_flight:
-            raise RuntimeError(f"split {split} is already being stepped")
-        self.arrays["action"][self.splits[split]] = action
-        self._in_flight[split] = True
+    def step_send(self, group: int, action: np.ndarray) -> None:
+        """Start stepping the envs of ``group`` (``self.splits[group]``, G of
+        them) with ``action`` [G, A]; ``step_receive(group)`` returns the
+        result. With W >= 1 this returns at once (the group's worker steps
+        while the caller works; the first command also waits for the workers'
+        start-up if the constructor did not); with W = 0 the envs are stepped
+        here."""
+        if group in self._in_flight:
+            raise RuntimeError(f"split group {group} is already being stepped")
+        self.arrays["action"][self.splits[group]] = action
+        self._in_flight[group] = True
+        positions, split = self._groups[group]
         if self._group is not None:
-            self._group_failures[split] = self._group.step((split, self.num_splits))
-        else:
-            self._send(EnvCommand.STEP, (split, self.num_splits))
+            self._group_failures[group] = self._group.step((split, self.num_splits))
+            return
+        self.wait_for_workers()
+        request = encode_request(EnvCommand.STEP, ((split, self.num_splits),))
+        for position in positions:
+            try:
+                self._workers[position].conn.send_bytes(request)
+            except (BrokenPipeError, OSError):
+                pass  # step_receive reports the dead worker
 
-    def step_receive(self, split: int) -> StepResult:
-        """Wait for the step of ``split`` started by ``step_send``; the result's
-        arrays are [K/S, ...] in the order of ``self.splits[split]``."""
-        if split not in self._in_flight:
-            raise RuntimeError(f"split {split} was not sent (step_send first)")
+    def step_receive(self, group: int) -> StepResult:
+        """Wait for the step of ``group`` started by ``step_send``; the result's
+        arrays are [G, ...] in the order of ``self.splits[group]``."""
+        if group not in self._in_flight:
+            raise RuntimeError(f"split group {group} was not sent (step_send first)")
+        positions, split = self._groups[group]
         if self._group is not None:
-            failures = self._group_failures.pop(split)
+            failures = self._group_failures.pop(group)
         else:
-            failures = self._collect(EnvCommand.STEP, split)
-        del self._in_flight[split]
-        return self._result(self.splits[split], failures)
+            failures = []
+            for position in positions:
+                failures += self._collect_one(position, EnvCommand.STEP, split)
+        del self._in_flight[group]
+        return self._result(self.splits[group], failures)
 
     def _result(self, envs: slice, failures: List[Tuple[int, str]]) -> StepResult:
         """Book-keeping of a finished step of ``envs``; their StepResult."""
@@ -364,11 +400,14 @@ class BatchedEnv:
         returns, lengths = self._episode_return[envs], self._episode_length[envs]
         returns += reward  # views: updates the batch's running sums
         lengths += 1
-        for j in np.flatnonzero((terminated | truncated) & ~failed):
-            self._finished.append((float(returns[j]), int(lengths[j])))
-            returns[j] = 0.0
-            lengths[j] = 0
-        self._note_failures(failures)
+        ended = terminated | truncated
+        if ended.any():
+            for j in np.flatnonzero(ended & ~failed):
+                self._finished.append((float(returns[j]), int(lengths[j])))
+                returns[j] = 0.0
+                lengths[j] = 0
+        if failures:
+            self._note_failures(failures)
         self._last_observation[envs] = a["observation"][envs]
         return StepResult(self._last_observation[envs].copy(), reward, terminated, truncated,
                           a["final_observation"][envs].copy(), failed)

@@ -8,6 +8,7 @@ stays a module-level function.
 
 from __future__ import annotations
 
+import select
 import signal
 import traceback
 from dataclasses import dataclass, field
@@ -77,3 +78,13 @@ class _Worker:
     lost_splits: Set[int] = field(default_factory=set)
     reset_splits: Set[int] = field(default_factory=set)
     lost_reason: str = ""
+    _poller: Optional[select.poll] = None
+
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a reply is waiting in the pipe, waiting up to ``timeout_s``
+        (``conn.poll`` without building a selector on every call: the batch
+        asks this once per group and step)."""
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.conn.fileno(), select.POLLIN)
+        return bool(self._poller.poll(int(timeout_s * 1000)))

@@ -108,10 +108,14 @@ class Actor:
                on_step: Optional[Callable[[], None]] = None) -> messages.UnrollRecord:
         """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory).
 
-        The envs are stepped in ``env_splits`` = S groups (``BatchedEnv.splits``):
-        the actions of group s for step t + 1 are computed while the env workers
-        step the other groups, so with W >= 1 and S = 2 the policy's inference
-        overlaps the envs' stepping. S = 1 is the plain act-then-step loop.
+        The envs are stepped group by group (``BatchedEnv.splits``: with W >= 1
+        and ``env_splits`` = S >= 2 the envs of one worker in one split, W x S
+        groups; otherwise the S splits): the actions of a group for step t + 1
+        are computed as soon as its worker has answered, while the workers
+        step the other groups, so with W >= 1 and S >= 2 the policy's
+        inference overlaps the envs' stepping, every worker always has a step
+        queued and no worker waits for another. S = 1 is the plain
+        act-then-step loop.
         ``inference_s`` is the time spent in the policy, ``env_s`` the time spent
         waiting for the envs (with S >= 2, less than their stepping time).
 
@@ -151,7 +155,7 @@ class Actor:
             timing["inference"] += time.perf_counter() - t0
             env.step_send(split, action)
 
-        for split in range(env.num_splits):
+        for split in range(len(env.splits)):
             act_and_send(split, 0)
         for t in range(last + 1):
             self.unroll_steps = t * self.settings.num_envs
