@@ -360,6 +360,10 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
             print(traceback.format_exc(), file=sys.stderr)
         sys.exit(1)
     finally:
+        # A SIGTERM now (the trainer stops an actor with a message and a
+        # SIGTERM) must not cut the clean-up short: env workers and their
+        # shared memory are released below.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for resource in (actor, slots, store):
             if resource is not None:
                 try:

@@ -133,13 +133,23 @@ class ProcessActorPool:
         return pids
 
     def close(self) -> None:
-        """Stop every actor (and so its env workers) and release shared memory."""
+        """Stop every actor (and so its env workers) and release shared memory.
+
+        An actor reads messages only between unrolls, so each is also sent
+        SIGTERM at once: one in the middle of an unroll (whose batch nobody will
+        train on) leaves it through its SIGTERM handler, which stops its env
+        workers and releases its shared memory, instead of finishing the unroll
+        first (up to an unroll's time at the end of every async run)."""
+        processes = [h.process for h in self._handles.values()]
         for h in self._handles.values():
             try:
                 h.conn.send(messages.StopActor())
             except (OSError, ValueError):
                 pass
-        stop_processes([h.process for h in self._handles.values()], grace_s=5.0)
+        for process in processes:
+            if process.pid is not None and process.is_alive():
+                process.terminate()
+        stop_processes(processes, grace_s=5.0)
         for h in self._handles.values():
             h.conn.close()
         self._handles = {}
