@@ -1,0 +1,141 @@
+"""End-to-end throughput of the shipped HalfCheetah configs against Sample
+Factory, back to back, with the machine's raw limit measured in the same run.
+
+In one sitting: the raw two-process limit (16 envs stepped by 2 processes at
+once, random actions, no policy: ``benchlib.measure_raw_env_processes``), then
+alf_async's shipped sync config (``ppo_bullet_half_cheetah.gin``, "auto" env
+workers and splits) and Sample Factory's sync mode, alf_async's async config
+(``async_ppo_bullet_half_cheetah.gin``, N = 2) and Sample Factory's async mode
+(``peers/sf_ppo.py`` in Sample Factory's own virtualenv, ``--sf_python``; 2
+workers x 8 envs, its MuJoCo settings), ``--env_steps`` each, ``--repeats``
+times, and the raw limit again at the end.
+
+Each rate is env steps over the training loop (alf_async: the last metrics
+row's ``wall_time``, the loop from the first unroll on; Sample Factory:
+``runner.run()``): start-up excluded. ``alf_setup_exit_s`` is the rest of the
+train command's process wall time (start-up until every actor is ready, the
+first unroll's start, and shutdown), ``sf_setup_exit_s`` Sample Factory's
+set-up and exit around its loop. The actor's unroll rate of the sync run
+(``sync_unroll_steps_per_s``: K x T / actor_unroll_s, the median iteration)
+is set against the raw limit (``sync_unroll_limit_fraction``).
+
+Output: one JSON line {"bench": "peer_throughput", "limit_steps_per_s",
+"runs": [...], "median": {"alf_sync", "sf_sync", "alf_async", "sf_async",
+"sync_x_sf", "async_x_sf", "sync_unroll_limit_fraction"}} and a markdown table
+on stderr.
+
+Full size:  python -m bench.peer_throughput --sf_python /tmp/peers/sf/bin/python
+Smoke run:  python -m bench.peer_throughput --env_steps 8192 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional
+
+from bench import benchlib
+
+logger = logging.getLogger("bench")
+SF_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sf_ppo.py")
+ENV = "HalfCheetahBulletEnv-v0"
+CONFIGS = {"sync": "ppo_bullet_half_cheetah.gin", "async": "async_ppo_bullet_half_cheetah.gin"}
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env_steps", type=int, default=98304,
+                   help="env steps per run (a multiple of both libraries' batches)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--sf_python", default=None,
+                   help="python of Sample Factory's virtualenv (without it SF is not run)")
+    p.add_argument("--limit_steps", type=int, default=1024,
+                   help="steps per env of each raw-limit measurement")
+    benchlib.add_common_train_args(p)
+    p.set_defaults(timeout_s=1200.0)
+    return p.parse_args(argv)
+
+
+def run_alf(mode: str, index: int, args: argparse.Namespace) -> Dict[str, Any]:
+    run = benchlib.RunDir(args.root_dir, f"peer_{mode}_{index}", args.keep)
+    params = [f"Trainer.num_env_steps={args.env_steps}", "Trainer.checkpoint_interval=100000",
+              *args.gin_param]
+    try:
+        status = benchlib.run_train([CONFIGS[mode]], params, run.path, args.timeout_s)
+        rows = benchlib.read_metrics(os.path.join(run.path, "metrics.jsonl"))
+    finally:
+        run.cleanup()
+    if status["returncode"] != 0 or not rows:
+        raise RuntimeError(f"alf_async {mode}: the run failed (exit {status['returncode']})")
+    last = rows[-1]
+    unroll = [r["num_envs"] * r["unroll_length"] / r["actor_unroll_s"] for r in rows[1:]]
+    return {"env_steps_per_s": last["env_steps"] / last["wall_time"],
+            "setup_exit_s": status["wall_s"] - last["wall_time"],
+            "unroll_steps_per_s": benchlib.median(unroll) if unroll else None}
+
+
+def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
+    cmd = [args.sf_python, SF_SCRIPT, "--env", ENV, "--steps", str(args.env_steps),
+           "--async_rl", "1" if mode == "async" else "0"]
+    logger.info("running: %s", " ".join(cmd))
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          timeout=args.timeout_s, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_limit(args: argparse.Namespace) -> float:
+    return benchlib.measure_raw_env_processes(ENV, 16, 2, args.limit_steps, seed=1)["steps_per_s"]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    benchlib.claim_stdout()
+    benchlib.setup_logging()
+    args = parse_args(argv)
+    limits = [measure_limit(args)]
+    runs = []
+    for index in range(args.repeats):
+        run: Dict[str, Any] = {}
+        for mode in ("sync", "async"):
+            alf = run_alf(mode, index, args)
+            run[f"alf_{mode}"] = alf["env_steps_per_s"]
+            run[f"alf_{mode}_setup_exit_s"] = alf["setup_exit_s"]
+            if mode == "sync":
+                run["sync_unroll_steps_per_s"] = alf["unroll_steps_per_s"]
+            if args.sf_python:
+                sf = run_sf(mode, args)
+                run[f"sf_{mode}"] = sf["env_steps_per_s"]
+                run[f"sf_{mode}_setup_exit_s"] = sf["setup_s"] + sf["exit_s"]
+            logger.info("repeat %d %s: %s", index, mode, run)
+        limits.append(measure_limit(args))
+        runs.append(run)
+    limit = benchlib.mean(limits)
+    median = {k: benchlib.median(r[k] for r in runs) for k in runs[0]}
+    median["sync_unroll_limit_fraction"] = median["sync_unroll_steps_per_s"] / limit
+    if args.sf_python:
+        median["sync_x_sf"] = benchlib.median(r["alf_sync"] / r["sf_sync"] for r in runs)
+        median["async_x_sf"] = benchlib.median(r["alf_async"] / r["sf_async"] for r in runs)
+    lines = ["| run | env steps/s (median) | x Sample Factory | set-up + exit (s) |",
+             "|---|---:|---:|---:|"]
+    for mode in ("sync", "async"):
+        ratio = f"{median[f'{mode}_x_sf']:.2f}" if args.sf_python else "-"
+        lines.append(f"| alf_async {mode} | {median[f'alf_{mode}']:.0f} | {ratio} "
+                     f"| {median[f'alf_{mode}_setup_exit_s']:.1f} |")
+        if args.sf_python:
+            lines.append(f"| Sample Factory {mode} | {median[f'sf_{mode}']:.0f} | 1.00 "
+                         f"| {median[f'sf_{mode}_setup_exit_s']:.1f} |")
+    print("\n".join(lines) + f"\n(raw limit, 2 processes x 8 envs: {limit:.0f} env steps/s; "
+          f"sync unroll {median['sync_unroll_steps_per_s']:.0f} = "
+          f"{median['sync_unroll_limit_fraction']:.2f} of it)", file=sys.stderr)
+    benchlib.emit({"bench": "peer_throughput", "env": ENV, "env_steps": args.env_steps,
+                   "limit_steps_per_s": limit, "limits": limits, "runs": runs,
+                   "median": median, **benchlib.machine_info()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
