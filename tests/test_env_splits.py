@@ -126,6 +126,11 @@ def test_a_group_is_received_while_another_worker_is_still_stepping():
         other = env.worker_pids[1]
         os.kill(other, signal.SIGSTOP)
         try:
+            # The signal takes effect when the kernel next runs the worker.
+            deadline = time.monotonic() + 60
+            while psutil.Process(other).status() != psutil.STATUS_STOPPED:
+                assert time.monotonic() < deadline, "the worker did not stop"
+                time.sleep(0.01)
             for group in (0, 1):  # split 0 of worker 0, split 0 of worker 1
                 env.step_send(group, _zeros(env, group))
             assert not env.step_receive(0).truncated.any()

@@ -170,6 +170,9 @@ def test_dry_run_prints_commands(tmp_path):
 # -- real sweeps ---------------------------------------------------------------
 
 GRID = "Trainer.num_envs,PPOLearner.mini_batch_size=[(2, 32), (4, 64), (2, 100000)]"
+# Episodes end by time limit within each 16-step unroll, so that a return (and
+# the threshold of 1) is reported whatever the sampled actions.
+GRID_PARAMS = TINY + ["Trainer.max_episode_steps=8"]
 GOOD = ["num_envs=2,mini_batch_size=32", "num_envs=4,mini_batch_size=64"]
 BAD = "num_envs=2,mini_batch_size=100000"  # mini batch larger than the batch: invalid
 
@@ -177,8 +180,8 @@ BAD = "num_envs=2,mini_batch_size=100000"  # mini batch larger than the batch: i
 @pytest.fixture(scope="module")
 def first_sweep(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("sweep") / "grid")
-    result = run(sweep_command(root, [GRID], extra=["--max_parallel=2",
-                                                    "--return_threshold=1"]))
+    result = run(sweep_command(root, [GRID], params=GRID_PARAMS,
+                               extra=["--max_parallel=2", "--return_threshold=1"]))
     return root, result
 
 
@@ -218,7 +221,7 @@ def test_sweep_runs_every_point_and_records_a_failed_one(first_sweep):
 def test_rerun_skips_finished_runs_and_retries_failed(first_sweep):
     root, _ = first_sweep
     before = {n: open(os.path.join(root, n, "metrics.jsonl")).read() for n in GOOD}
-    result = run(sweep_command(root, [GRID]))
+    result = run(sweep_command(root, [GRID], params=GRID_PARAMS))
     assert result.returncode == 1
     for name in GOOD:
         assert f"{name}: finished earlier, skipped" in result.stderr
@@ -236,7 +239,7 @@ def test_rerun_resumes_unfinished_runs(first_sweep):
     with open(os.path.join(root, name, "metrics.jsonl")) as f:
         first_two = f.read().splitlines()
     # a larger budget makes the finished run unfinished: it resumes from its checkpoint
-    params = [p for p in TINY if "num_iterations" not in p] + ["Trainer.num_iterations=3"]
+    params = [p for p in GRID_PARAMS if "num_iterations" not in p] + ["Trainer.num_iterations=3"]
     result = run(sweep_command(root, ["Trainer.num_envs,PPOLearner.mini_batch_size=[(2, 32)]"],
                                params=params))
     assert result.returncode == 0, result.stderr
