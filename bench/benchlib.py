@@ -139,56 +139,6 @@ def measure_raw_env(env_name: str, num_envs: int, num_workers: int, num_steps: i
         return raw_env_steps_per_s(env, num_steps, warmup_steps, seed)
 
 
-def _raw_stepping_process(env_name: str, num_envs: int, num_steps: int, seed: int,
-                          barrier, results) -> None:
-    """One process of ``measure_raw_env_processes``: K envs stepped in-process."""
-    from alf_async.envs.batched_env import BatchedEnv
-
-    with BatchedEnv(env_name, num_envs, 0, seed=seed) as env:
-        env.reset()
-        rng = np.random.default_rng(seed)
-        actions = rng.uniform(-1.0, 1.0, size=(num_steps + 10, num_envs, env.action_dim))
-        actions = actions.astype(np.float32)
-        for t in range(10):
-            env.step(actions[t])
-        barrier.wait()  # every process is built and warm: all start together
-        start = time.time()
-        for t in range(10, num_steps + 10):
-            env.step(actions[t])
-        results.put((start, time.time(), num_envs * num_steps))
-
-
-def measure_raw_env_processes(env_name: str, num_envs: int, num_processes: int,
-                              num_steps: int, seed: int = 0) -> Dict[str, float]:
-    """The machine's raw limit for ``num_envs`` envs over ``num_processes``
-    processes: each steps its share (W = 0, random actions, no policy and no
-    communication) at the same time; steps_per_s = all their steps over the
-    time from the first start to the last end. With one process this is the
-    one-process rate (``measure_raw_env`` at W = 0)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(num_processes), ctx.Queue()
-    shares = [num_envs // num_processes + (i < num_envs % num_processes)
-              for i in range(num_processes)]
-    procs = [ctx.Process(target=_raw_stepping_process,
-                         args=(env_name, k, num_steps, seed + 1000 * i, barrier, results))
-             for i, k in enumerate(shares)]
-    for proc in procs:
-        proc.start()
-    try:
-        done = [results.get(timeout=600) for _ in procs]
-    finally:
-        for proc in procs:
-            proc.join(30)
-            if proc.is_alive():
-                proc.kill()
-    seconds = max(end for _, end, _ in done) - min(start for start, _, _ in done)
-    steps = sum(n for _, _, n in done)
-    return {"steps_per_s": steps / seconds, "seconds": seconds, "env_steps": steps,
-            "processes": num_processes}
-
-
 def _raw_stepper_process(env_name: str, num_envs: int, seed: int, conn) -> None:
     """One process of ``RawSteppers``: steps its envs when told, reports the time."""
     from alf_async.envs.batched_env import BatchedEnv
@@ -219,7 +169,7 @@ class RawSteppers:
     measured configuration, chunk by chunk, sets both against the same machine
     even when its speed drifts (this VM's does, by 10-30% within a minute)."""
 
-    def __init__(self, env_name: str, num_envs: int, num_processes: int, seed: int = 1):
+    def __init__(self, env_name: str, num_envs: int, num_processes: int, seed: int = 0):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
@@ -260,6 +210,23 @@ class RawSteppers:
                 proc.join(5)
         for conn in self._conns:
             conn.close()
+
+
+def measure_raw_env_processes(env_name: str, num_envs: int, num_processes: int,
+                              num_steps: int, seed: int = 0) -> Dict[str, float]:
+    """The machine's raw limit for ``num_envs`` envs over ``num_processes``
+    processes, measured once (``RawSteppers``, after 10 warm-up steps): each
+    steps its share at the same time; steps_per_s = all their steps over the
+    time from the first start to the last end. With one process this is the
+    one-process rate (``measure_raw_env`` at W = 0)."""
+    steppers = RawSteppers(env_name, num_envs, num_processes, seed)
+    try:
+        steppers.step(10)
+        steps, seconds = steppers.step(num_steps)
+    finally:
+        steppers.close()
+    return {"steps_per_s": steps / seconds, "seconds": seconds, "env_steps": steps,
+            "processes": num_processes}
 
 
 # -- training runs through the train command ---------------------------------------

@@ -164,7 +164,7 @@ def run_interleaved(args: argparse.Namespace, env_name: str, w: int, splits: int
         actor.load_weights(1, learner.weight_arrays())
         out = allocate_trajectory(T, K, observation, action_spec.dim,
                                   state_size=actor.state_size)
-        raw = benchlib.RawSteppers(env_name, K, max(w, 1))
+        raw = benchlib.RawSteppers(env_name, K, max(w, 1), seed=1)
         actor.unroll(out)  # warm-up: first steps, first calls
         raw.step(8)
         actor_s = raw_s = 0.0

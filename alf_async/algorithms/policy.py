@@ -67,10 +67,6 @@ class NeuralPolicy:
         if self.numpy_inference:
             self._numpy = NumpyActorCritic.of(self.model)
 
-    def initial_state(self, batch: int) -> np.ndarray:
-        """The state of ``batch`` envs at an episode's start: zeros [B, S]."""
-        return np.zeros((batch, self.state_size), np.float32)
-
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         groups = unpack_weights(arrays)
         self.model.load_state_dict({k: torch.from_numpy(np.array(v))

@@ -265,10 +265,6 @@ class ActorCritic(nn.Module):
             return 0
         return self._actor_state * (1 if self.shared_rnn else 2)
 
-    def initial_state(self, batch: int) -> torch.Tensor:
-        """The state of B envs at the start of an episode: zeros [B, S]."""
-        return torch.zeros(batch, self.state_size)
-
     def _encoded(self, observation: torch.Tensor, encoder: str) -> torch.Tensor:
         """The input of one head ("actor_encoder" or "value_encoder") for
         observations [B, *O]: the observations themselves for vectors, the
