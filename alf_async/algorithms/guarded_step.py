@@ -12,6 +12,8 @@ from typing import Callable, Optional
 
 import torch
 
+from alf_async.algorithms.adam import Adam
+
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient became NaN or infinite during training."""
@@ -32,7 +34,7 @@ class GuardedStep:
         self.setting = setting
         self.consecutive_skips = 0
 
-    def __call__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    def __call__(self, model: torch.nn.Module, optimizer: Adam,
                  loss: torch.Tensor, max_grad_norm: float,
                  where: Callable[[], str]) -> Optional[torch.Tensor]:
         """One step on ``loss``; returns the gradient's global norm (before

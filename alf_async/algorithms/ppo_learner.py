@@ -18,13 +18,13 @@ actors receive.
 
 from __future__ import annotations
 
-import threading
 from typing import Dict, Mapping, Optional, Union
 
 import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.adam import Adam
 from alf_async.algorithms.guarded_step import GuardedStep
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
@@ -178,9 +178,7 @@ class PPOLearner:
         torch.manual_seed(seed)
         self.model = ActorCritic(spec, action_spec).to(self.device)
         self.normalizer = RunningNormalizer(spec.dim)
-        self._optimizer: Optional[torch.optim.Optimizer] = None
-        self._optimizer_lock = threading.Lock()
-        self._adam_args = {"lr": learning_rate, "eps": adam_epsilon}
+        self.optimizer = Adam(self.model.parameters(), lr=learning_rate, eps=adam_epsilon)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.iteration = 0
 
@@ -194,16 +192,6 @@ class PPOLearner:
         if not self.state_size:
             return BatchColumns(unroll_length, num_envs, 1)
         return BatchColumns(unroll_length, num_envs, self.chunk_length or unroll_length)
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """Adam over the model's parameters, built at first use. (Building the
-        first torch optimizer of a process imports torch._dynamo, about 1 s of
-        CPU; the trainer builds it in a thread while its actors start.)"""
-        with self._optimizer_lock:
-            if self._optimizer is None:
-                self._optimizer = torch.optim.Adam(self.model.parameters(), **self._adam_args)
-            return self._optimizer
 
     def hogwild_tensors(self) -> Dict[str, torch.Tensor]:
         """The tensors Hogwild workers share (the model's parameters and

@@ -26,13 +26,13 @@ first gradient step (as SB3 does before ``learning_starts``).
 from __future__ import annotations
 
 import copy
-import threading
 from typing import Dict, Mapping, Optional, Union
 
 import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.adam import Adam
 from alf_async.algorithms.guarded_step import NonFiniteError
 from alf_async.algorithms.sac_loss import (actor_loss, critic_loss, critic_target,
                                            polyak_update, temperature_loss)
@@ -98,24 +98,14 @@ class SACLearner:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device,
                                       requires_grad=True)
-        self._lr = learning_rate
-        self._optimizers: Optional[Dict[str, torch.optim.Optimizer]] = None
-        self._optimizer_lock = threading.Lock()
+        self.optimizers: Dict[str, Adam] = {  # for the actor, the critics and log alpha
+            "actor": Adam(self.actor.parameters(), lr=learning_rate),
+            "critic": Adam(self.critic.parameters(), lr=learning_rate),
+            "alpha": Adam([self.log_alpha], lr=learning_rate)}
         # On the CPU whatever the device: a checkpoint's RNG state then loads
         # on any machine (the play command runs on the CPU).
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.gradient_steps = 0
-
-    @property
-    def optimizers(self) -> Dict[str, torch.optim.Optimizer]:
-        """Adam for the actor, the critics and log alpha (built at first use)."""
-        with self._optimizer_lock:
-            if self._optimizers is None:
-                self._optimizers = {
-                    "actor": torch.optim.Adam(self.actor.parameters(), lr=self._lr),
-                    "critic": torch.optim.Adam(self.critic.parameters(), lr=self._lr),
-                    "alpha": torch.optim.Adam([self.log_alpha], lr=self._lr)}
-            return self._optimizers
 
     @property
     def alpha(self) -> float:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -51,9 +50,8 @@ class ActorBatches:
         self._first_received = False  # a batch arrived since this process started
         self._started_at = time.monotonic()  # every actor ready
 
-    def start(self, run: RunContext, version: int, build_optimizer: Callable[[], Any]) -> None:
-        """Create the pool, publish weights ``version`` and start every actor; the
-        learner's optimizer is built (~1 s of imports) while the actors start."""
+    def start(self, run: RunContext, version: int) -> None:
+        """Create the pool, publish weights ``version`` and start every actor."""
         s = self.settings
         self.pool = make_actor_pool(s, self.policy_factory, self.learner.weight_arrays(),
                                     self.observation, self.action_dim, run.gin_config,
@@ -64,16 +62,7 @@ class ActorBatches:
                     "env split(s) each), unroll_length %d%s", s.num_actors, s.num_envs,
                     s.backend, s.num_env_workers, s.env_splits, s.unroll_length,
                     ", resumed" if run.resumed else "")
-        optimizer_ready = threading.Thread(target=build_optimizer, daemon=True,
-                                           name="alf_async-build-optimizer")
-        optimizer_ready.start()
-        try:
-            self.pool.start()
-        finally:
-            # Also when an actor cannot start: the thread's imports (torch._dynamo,
-            # seconds on a small machine) must not run on while the run unwinds
-            # and the interpreter exits (a traceback from a half-imported torch).
-            optimizer_ready.join()
+        self.pool.start()
         self._started_at = time.monotonic()
         run.startup_s = seconds_since_process_start()
         logger.info("start-up took %.1f s (launch of this process until every actor was "

@@ -100,8 +100,7 @@ class OffPolicyLoop:
             self.buffer.load_state_arrays(self._restored_buffer)
             logger.info("replay buffer restored: %d transitions", self.buffer.size)
             self._restored_buffer = None
-        self.batches.start(run, int(self.learner.gradient_steps),
-                           lambda: self.learner.optimizers)  # the property builds them
+        self.batches.start(run, int(self.learner.gradient_steps))
 
     def stop(self, run: RunContext) -> None:
         self._release_held(self._held)

@@ -44,8 +44,7 @@ class OnPolicyLoop:
         return int(self.learner.iteration)
 
     def start(self, run: RunContext) -> None:
-        self.batches.start(run, int(run.counters["iteration"]),
-                           lambda: self.learner.optimizer)  # the property builds it
+        self.batches.start(run, int(run.counters["iteration"]))
 
     def run(self, run: RunContext) -> None:
         s, c, batches = self.settings, run.counters, self.batches
