@@ -252,6 +252,44 @@ class RunDir:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+def run_processes(trainer_pid: int) -> Dict[str, List[Any]]:
+    """The processes of a running train command by role (psutil processes):
+    "actors" (forked from the trainer's forkserver, or spawned where there is
+    none) and "env_workers" (the actors' children named
+    ``ENV_WORKER_PROCESS_NAME``); empty lists once the trainer is gone."""
+    import psutil
+
+    from alf_async.utils.process import ENV_WORKER_PROCESS_NAME
+
+    def command(proc) -> str:
+        try:
+            return " ".join(proc.cmdline())
+        except psutil.Error:
+            return ""
+
+    try:
+        children = psutil.Process(trainer_pid).children()
+    except psutil.Error:
+        return {"actors": [], "env_workers": []}
+    actors = []
+    for child in children:
+        cmd = command(child)
+        if "forkserver" in cmd:
+            try:
+                actors += child.children()
+            except psutil.Error:
+                pass
+        elif "spawn_main" in cmd and "resource_tracker" not in cmd:
+            actors.append(child)
+    workers = []
+    for actor in actors:
+        try:
+            workers += [p for p in actor.children() if p.name() == ENV_WORKER_PROCESS_NAME]
+        except psutil.Error:
+            pass
+    return {"actors": actors, "env_workers": workers}
+
+
 def train_command(gin_files: Sequence[str], gin_params: Sequence[str],
                   root_dir: str) -> List[str]:
     cmd = [sys.executable, "-m", "alf_async.bin.train", f"--root_dir={root_dir}"]

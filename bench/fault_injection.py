@@ -78,26 +78,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def _spawned(proc: psutil.Process) -> bool:
-    try:
-        cmd = " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
-    return "spawn_main" in cmd and "resource_tracker" not in cmd
-
-
 def find_processes(trainer_pid: int) -> Dict[str, List[psutil.Process]]:
-    try:
-        actors = [p for p in psutil.Process(trainer_pid).children() if _spawned(p)]
-    except psutil.Error:
-        return {"actor": [], "env_worker": []}
-    workers = []
-    for actor in actors:
-        try:
-            workers += [p for p in actor.children() if _spawned(p)]
-        except psutil.Error:
-            pass
-    return {"actor": actors, "env_worker": workers}
+    found = benchlib.run_processes(trainer_pid)
+    return {"actor": found["actors"], "env_worker": found["env_workers"]}
 
 
 def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str) -> Dict:

@@ -70,28 +70,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _spawned(proc: psutil.Process) -> bool:
-    try:
-        cmd = " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
-    return "spawn_main" in cmd and "resource_tracker" not in cmd
-
-
 def processes_by_role(trainer_pid: int) -> Dict[str, List[psutil.Process]]:
-    """The trainer, its actors (spawned children) and their env workers."""
+    """The trainer, its actors and their env workers."""
     try:
         trainer = psutil.Process(trainer_pid)
-        actors = [p for p in trainer.children() if _spawned(p)]
     except psutil.Error:
         return {role: [] for role in ROLES}
-    workers = []
-    for actor in actors:
-        try:
-            workers += [p for p in actor.children() if _spawned(p)]
-        except psutil.Error:
-            pass
-    return {"trainer": [trainer], "actors": actors, "env_workers": workers}
+    found = benchlib.run_processes(trainer_pid)
+    return {"trainer": [trainer], "actors": found["actors"], "env_workers": found["env_workers"]}
 
 
 def take_sample(trainer_pid: int, started: float) -> Dict:

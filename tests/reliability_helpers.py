@@ -29,6 +29,7 @@ import psutil
 from conftest import is_multiprocessing_service
 
 from alf_async.envs.latency import ENV_ID as LATENCY_ENV_ID
+from alf_async.utils.process import ENV_WORKER_PROCESS_NAME
 from alf_async.utils.shared_memory import block_owner_pid, list_blocks, shm_directory
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,13 +111,12 @@ def checkpoint_iteration(path: str) -> int:
     return int(os.path.basename(path)[len("ckpt-"):-len(".pt")])
 
 
-def _is_spawned_child(proc: psutil.Process) -> bool:
-    """A multiprocessing 'spawn' child (an env worker), not the resource tracker."""
+def is_env_worker(proc: psutil.Process) -> bool:
+    """An env worker (forked or spawned by its actor: named by the library)."""
     try:
-        cmd = " ".join(proc.cmdline())
+        return proc.name() == ENV_WORKER_PROCESS_NAME
     except psutil.Error:
         return False
-    return "spawn_main" in cmd and "resource_tracker" not in cmd
 
 
 def _forked_children(proc: psutil.Process) -> List[psutil.Process]:
@@ -220,11 +220,11 @@ class TrainRun:
             return []
 
     def env_workers(self) -> List[psutil.Process]:
-        """The env-worker processes: spawned children of the actors."""
+        """The env-worker processes: children of the actors."""
         workers = []
         for actor in self.actors():
             try:
-                workers += [p for p in actor.children() if _is_spawned_child(p)]
+                workers += [p for p in actor.children() if is_env_worker(p)]
             except psutil.Error:
                 pass
         return workers

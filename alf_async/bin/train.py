@@ -62,6 +62,11 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     from alf_async.signals import TerminationRequested
     from alf_async.training.trainer import Trainer
 
+    # TensorBoard's writer (a quarter of a second of imports) is imported now,
+    # while the forkserver still imports what the actors need: later it would
+    # delay the actors' start.
+    import torch.utils.tensorboard  # noqa: F401
+
     root_dir = os.path.abspath(root_dir)
     problem = _root_dir_problem(root_dir)
     if problem:

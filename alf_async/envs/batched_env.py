@@ -37,7 +37,7 @@ from alf_async.envs.env_worker import _Worker, _worker_main
 from alf_async.envs.gym_env import env_spec, import_env_modules
 from alf_async.envs.worker_protocol import EnvCommand, batch_specs, decode_reply, encode_request
 from alf_async.utils.shared_memory import SharedArrays
-from alf_async.utils.process import describe_exit, mp_context
+from alf_async.utils.process import describe_exit, env_worker_context
 from alf_async.utils.seeding import derive_seed
 
 
@@ -191,7 +191,7 @@ class BatchedEnv:
     def _start_worker(self, indices: List[int], seed: int) -> _Worker:
         import os
 
-        ctx = mp_context()
+        ctx = env_worker_context()
         parent_conn, child_conn = ctx.Pipe()
         proc = ctx.Process(
             target=_worker_main, daemon=True, name="alf_async-env-worker",

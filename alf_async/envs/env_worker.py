@@ -2,8 +2,8 @@
 commands of a ``BatchedEnv`` with an ``EnvGroup`` of its envs, and ``_Worker``,
 the batch's handle on one such process.
 
-``_worker_main`` is a process target of 'spawn' / 'forkserver' contexts, so it
-stays a module-level function.
+``_worker_main`` is a process target of 'fork' and 'spawn' contexts
+(``utils.process.env_worker_context``), so it stays a module-level function.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from alf_async.envs.env_errors import EnvError
 from alf_async.envs.env_group import EnvGroup
 from alf_async.envs.gym_env import import_env_modules
 from alf_async.envs.worker_protocol import EnvCommand, decode_request, encode_reply
-from alf_async.utils.process import init_child_process
+from alf_async.utils.process import (ENV_WORKER_PROCESS_NAME, init_child_process,
+                                     set_process_name)
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 
@@ -33,6 +34,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
     ``encode_reply``.
     """
     init_child_process(signal.SIGKILL, expected_parent=parent_pid)
+    set_process_name(ENV_WORKER_PROCESS_NAME)
     block = SharedArrays.attach(block_name, specs)
     group = None
     try:

@@ -7,15 +7,26 @@ Two ways of starting a child:
   once and forks each child from there, so that a child does not pay torch's
   import (2-3 s of CPU on a small machine) again. ``warm_up_torch_children()``
   starts that server early, beside the trainer's own imports.
-- ``mp_context()`` (spawn) for env workers, which never import torch.
+- ``env_worker_context()`` for env workers, which never use torch: forked
+  from their parent (the actor) where that process runs a single thread, so
+  that a worker starts in milliseconds with the parent's imports (numpy,
+  gymnasium, the env's modules; a spawned worker imports them again, about 0.3
+  s of a 2-core machine's start-up, on the critical path of every run's
+  start); spawned otherwise: a process with other threads (the trainer's
+  in-process backend, a test runner) may be forked while one of them holds a
+  lock the child would wait for forever. The worker resets the signal
+  handlers it inherits (``init_child_process``).
+- ``mp_context()`` (spawn) where a fresh interpreter is wanted.
 
-Both give a fresh child: its arguments are pickled, its ``sys.path`` and working
-folder are the parent's. ``start_child`` also hands the parent's environment
+Both kinds of context give a child whose arguments are pickled (spawn,
+forkserver) or inherited (fork), its ``sys.path`` and working folder the
+parent's. ``start_child`` also hands the parent's environment
 variables over as they are at launch (a forkserver child would otherwise see
 them as they were when the server started).
 
 Every child calls ``init_child_process()`` first: it ignores SIGINT (Ctrl-C
-reaches the whole process group; the parent decides how to stop) and asks Linux
+reaches the whole process group; the parent decides how to stop), restores
+SIGTERM's default action and asks Linux
 to send ``death_signal`` when its parent dies, so that no child outlives a
 parent killed with SIGKILL. A forkserver child's parent is the server; the child
 leaves the server's client count, so that the server ends with the trainer and
@@ -34,10 +45,15 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+_PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
+# The name env workers show in ps, top and psutil (a forked worker's command
+# line is its actor's).
+ENV_WORKER_PROCESS_NAME = "alf-env-worker"
 
-# Imported once by the server the policy-running children are forked from.
-TORCH_CHILD_MODULES = ("torch", "gin", "alf_async.runtime.actor", "alf_async.hogwild.worker",
+# Imported once by the server the policy-running children are forked from
+# (gymnasium: every actor's envs, and the env workers forked from the actor).
+TORCH_CHILD_MODULES = ("torch", "gin", "gymnasium", "alf_async.runtime.actor", "alf_async.hogwild.worker",
                        "alf_async.algorithms.policy", "alf_async.algorithms.sac_policy",
                        "alf_async.training.evaluator_process")
 
@@ -53,10 +69,25 @@ def set_parent_death_signal(sig: int) -> bool:
         return False
 
 
+def set_process_name(name: str) -> None:
+    """Name this process as ps, top and psutil's ``name()`` show it (Linux: at
+    most 15 bytes are kept; a no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except OSError:
+        pass
+
+
 def init_child_process(death_signal: int = signal.SIGKILL,
                        expected_parent: Optional[int] = None) -> None:
     """Common set-up for every child process of alf_async."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked child inherits its parent's handler (an actor's raises
+    # SystemExit); it starts from the default, like a spawned one.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     set_parent_death_signal(death_signal)
     _leave_forkserver_clients()
     # The parent may have died before prctl took effect.
@@ -106,7 +137,24 @@ def started_by(pid: int) -> bool:
 
 
 def mp_context() -> mp.context.BaseContext:
-    """The context of children without torch (env workers): spawn."""
+    """A context whose children start a fresh interpreter: spawn."""
+    return mp.get_context("spawn")
+
+
+def single_threaded() -> bool:
+    """Whether this process runs one thread, native threads included (Linux;
+    False where that cannot be read)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def env_worker_context() -> mp.context.BaseContext:
+    """The context of env workers: fork where this process is single-threaded
+    (Linux), else spawn (see the module docstring)."""
+    if sys.platform.startswith("linux") and single_threaded():
+        return mp.get_context("fork")
     return mp.get_context("spawn")
 
 
