@@ -19,7 +19,8 @@ resolves it once, before anything starts, from the cores this process may run on
    Unless the envs are cheap: when stepping all K envs once takes less than
    ``CHEAP_BATCH_STEP_S`` (3 ms) in one process (K x the mean step time of
    one env, measured before the run starts in a child process:
-   ``envs.step_cost``), W = 0. Below that the
+   ``envs.step_cost``, only where it can change the choice: an "auto" W
+   that the cores alone resolve to 1 or more), W = 0. Below that the
    pipe round trips and the second inference call of S = 2 cost more than
    parallel stepping saves (measured on 2 cores: InvertedPendulum, K = 8, 0.9
    ms: W = 2 with S = 2 ran at 0.94x W = 0; HalfCheetah, K = 16, 12 ms: 1.3x).

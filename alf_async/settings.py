@@ -218,6 +218,16 @@ class TrainerSettings:
         """Whether num_env_workers or env_splits was configured as "auto"."""
         return AUTO in getattr(self, "configured_sampling", ())
 
+    @property
+    def step_time_matters(self) -> bool:
+        """Whether an env's measured step time could change the resolved
+        sampling settings: only an "auto" W that resolved to env workers, which
+        cheap envs turn into W = 0 (rule 3 of ``sampling_choice``). The trainer
+        probes the env only then (a child process, a fraction of a second of
+        start-up)."""
+        configured = getattr(self, "configured_sampling", (None, None))
+        return configured[0] == AUTO and self.num_env_workers >= 1
+
     def fitted_to_env(self, env_step_s: float) -> "TrainerSettings":
         """A copy whose "auto" sampling settings also weigh the env's measured
         step time (seconds; rule 3 of ``sampling_choice``: cheap envs step in

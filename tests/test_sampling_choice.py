@@ -119,6 +119,40 @@ def test_fitted_to_env_resolves_only_auto(monkeypatch):
     assert explicit.fitted_to_env(1e-5) is explicit
 
 
+@pytest.mark.parametrize("cores,num_actors,fields,matters", [
+    (2, 1, {}, True),                              # auto W -> 2: a cheap env would make it 0
+    (2, 2, {}, False),                             # auto W -> 0 already
+    (1, 1, {}, False),
+    (2, 1, {"num_env_workers": 2}, False),         # explicit W, auto S
+    (2, 1, {"env_splits": 2}, True),               # auto W with an explicit S
+    (2, 1, {"num_env_workers": 0, "env_splits": 1}, False),
+])
+def test_the_env_is_probed_only_where_its_step_time_can_change_the_choice(
+        monkeypatch, cores, num_actors, fields, matters):
+    s = resolved(monkeypatch, cores, num_actors=num_actors, num_envs=16, **fields)
+    assert s.step_time_matters is matters
+    if not matters:  # a cheap env changes nothing then
+        fitted = s.fitted_to_env(1e-7)
+        assert (fitted.num_env_workers, fitted.env_splits) == (s.num_env_workers, s.env_splits)
+
+
+def test_build_parts_skips_the_probe_where_it_cannot_matter(monkeypatch):
+    import alf_async.training.parts as parts
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("the env was probed")
+
+    monkeypatch.setattr(parts, "probe_env_step_seconds", no_probe)
+    # unroll_length x num_envs = PPOLearner's default minibatch of 4096
+    s = resolved(monkeypatch, 2, num_actors=2, num_envs=4, unroll_length=1024)
+    built = parts.build_parts(s)
+    assert (built.settings.num_env_workers, built.settings.env_splits) == (0, 1)
+    monkeypatch.setattr(parts, "probe_env_step_seconds", lambda *a, **k: 1e-7)
+    built = parts.build_parts(resolved(monkeypatch, 2, num_actors=1, num_envs=4,
+                                       unroll_length=1024))
+    assert (built.settings.num_env_workers, built.settings.env_splits) == (0, 1)  # cheap
+
+
 def test_env_step_seconds_measures_a_real_env():
     from alf_async.envs.gym_env import make_env
     from alf_async.envs.step_cost import env_step_seconds

@@ -105,7 +105,7 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
     """Check the run's resources and build its learner and loop."""
     observation, action_spec = read_env_spec(settings)
     s = settings
-    if s.sampling_is_auto and s.backend != "ray":  # "auto" weighs the env's step time
+    if s.step_time_matters and s.backend != "ray":  # "auto" weighs the env's step time
         env_step_s = probe_env_step_seconds(s.env_name, s.max_episode_steps, s.time_feature,
                                             s.seed, gin_imports(gin.config_str()))
         if env_step_s is not None:
