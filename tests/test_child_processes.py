@@ -1,9 +1,11 @@
-"""How alf_async starts the children that run torch (utils/process.py).
+"""How alf_async starts its children (utils/process.py).
 
 Actors and Hogwild workers are forked from multiprocessing's forkserver, a
 process started once; these tests pin what a child gets all the same: the
 parent's environment variables as they are at the child's launch (not as they
 were when the server started), and a parent check that sees through the server.
+Env workers are forked by such a child (single-threaded: threads do not survive
+a fork) and spawned by a process with other threads.
 """
 
 from __future__ import annotations
@@ -35,3 +37,49 @@ def test_a_forked_child_sees_the_environment_at_its_launch(tmp_path, monkeypatch
     assert by_itself == "False"
     assert has_torch == "True"  # imported by the server, not paid by the child
 
+
+
+
+def _report_env_workers(path: str) -> None:
+    """In a forkserver child, as in an actor: how env workers start, before
+    and after this process has a second thread."""
+    import threading
+
+    import psutil
+
+    from alf_async.envs.batched_env import BatchedEnv
+    from alf_async.utils.process import env_worker_context
+
+    lines = [env_worker_context().get_start_method()]
+    env = BatchedEnv("CartPole-v1", 4, num_workers=2, seed=0)
+    try:
+        env.reset()
+        workers = psutil.Process().children()
+        lines.append(",".join(sorted(p.name() for p in workers)))
+        lines.append(str(all(p.cmdline() == psutil.Process().cmdline() for p in workers)))
+    finally:
+        env.close()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    lines.append(env_worker_context().get_start_method())
+    stop.set()
+    thread.join()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_env_workers_are_forked_only_by_a_single_threaded_process(tmp_path):
+    """An actor (a forkserver child, single-threaded) forks its env workers,
+    named alf-env-worker; a process with another thread spawns them (a fork
+    could inherit a lock that thread holds)."""
+    out = tmp_path / "workers.txt"
+    child = start_child(torch_child_context(), _report_env_workers, (str(out),),
+                        name="alf_async-test-child")
+    child.join(120)
+    assert child.exitcode == 0
+    single, names, same_cmdline, threaded = out.read_text().splitlines()
+    assert single == "fork"
+    assert names == "alf-env-worker,alf-env-worker"
+    assert same_cmdline == "True"  # a forked worker keeps its parent's command line
+    assert threaded == "spawn"

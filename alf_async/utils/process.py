@@ -1,6 +1,6 @@
 """Helpers for the child processes alf_async starts.
 
-Two ways of starting a child:
+Three ways of starting a child:
 
 - ``torch_child_context()`` for the children that run a policy (actors, Hogwild
   workers): multiprocessing's forkserver, which imports ``TORCH_CHILD_MODULES``
@@ -8,17 +8,18 @@ Two ways of starting a child:
   import (2-3 s of CPU on a small machine) again. ``warm_up_torch_children()``
   starts that server early, beside the trainer's own imports.
 - ``env_worker_context()`` for env workers, which never use torch: forked
-  from their parent (the actor) where that process runs a single thread, so
+  from their parent where that process runs a single thread (an actor,
+  forked from the forkserver, does: threads do not survive a fork), so
   that a worker starts in milliseconds with the parent's imports (numpy,
   gymnasium, the env's modules; a spawned worker imports them again, about 0.3
   s of a 2-core machine's start-up, on the critical path of every run's
   start); spawned otherwise: a process with other threads (the trainer's
   in-process backend, a test runner) may be forked while one of them holds a
-  lock the child would wait for forever. The worker resets the signal
-  handlers it inherits (``init_child_process``).
+  lock the child would wait for forever. The worker restores SIGTERM's
+  default action (``init_child_process``).
 - ``mp_context()`` (spawn) where a fresh interpreter is wanted.
 
-Both kinds of context give a child whose arguments are pickled (spawn,
+Each gives a child whose arguments are pickled (spawn,
 forkserver) or inherited (fork), its ``sys.path`` and working folder the
 parent's. ``start_child`` also hands the parent's environment
 variables over as they are at launch (a forkserver child would otherwise see
@@ -53,9 +54,9 @@ ENV_WORKER_PROCESS_NAME = "alf-env-worker"
 
 # Imported once by the server the policy-running children are forked from
 # (gymnasium: every actor's envs, and the env workers forked from the actor).
-TORCH_CHILD_MODULES = ("torch", "gin", "gymnasium", "alf_async.runtime.actor", "alf_async.hogwild.worker",
-                       "alf_async.algorithms.policy", "alf_async.algorithms.sac_policy",
-                       "alf_async.training.evaluator_process")
+TORCH_CHILD_MODULES = ("torch", "gin", "gymnasium", "alf_async.runtime.actor",
+                       "alf_async.hogwild.worker", "alf_async.algorithms.policy",
+                       "alf_async.algorithms.sac_policy", "alf_async.training.evaluator_process")
 
 
 def set_parent_death_signal(sig: int) -> bool:
