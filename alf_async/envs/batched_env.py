@@ -271,13 +271,17 @@ class BatchedEnv:
         a["env_failed"][idx] = True
         return [(k, reason) for k in idx]
 
-    def _send(self, command: EnvCommand, *args) -> None:
+    def _send(self, command: EnvCommand, *args,
+              positions: Optional[Sequence[int]] = None) -> None:
+        """Send ``command`` to the workers at ``positions`` (all when None); a
+        dead worker is reported when its reply is collected."""
         self.wait_for_workers()
-        for worker in self._workers:
+        request = encode_request(command, args)
+        for position in range(len(self._workers)) if positions is None else positions:
             try:
-                worker.conn.send_bytes(encode_request(command, args))
+                self._workers[position].conn.send_bytes(request)
             except (BrokenPipeError, OSError):
-                pass  # _collect reports the dead worker
+                pass
 
     def _collect(self, command: EnvCommand) -> List[Tuple[int, str]]:
         """Every worker's reply to ``command`` (sent for all envs)."""
@@ -309,8 +313,8 @@ class BatchedEnv:
             if self.fatal_env_errors or command is not EnvCommand.STEP:
                 raise EnvError(e.env_name, e.env_index, e.details) from None
             # The worker's other splits still in flight: no reply will come.
-            others = {s for g in self._in_flight for workers, s in [self._groups[g]]
-                      if position in workers and s != split}
+            others = {self._groups[g][1] for g in self._in_flight
+                      if position in self._groups[g][0]} - {split}
             return self._replace_worker(position, e, split, others)
 
     def _run(self, command: EnvCommand, *args) -> List[Tuple[int, str]]:
@@ -367,13 +371,7 @@ class BatchedEnv:
         if self._group is not None:
             self._group_failures[group] = self._group.step((split, self.num_splits))
             return
-        self.wait_for_workers()
-        request = encode_request(EnvCommand.STEP, ((split, self.num_splits),))
-        for position in positions:
-            try:
-                self._workers[position].conn.send_bytes(request)
-            except (BrokenPipeError, OSError):
-                pass  # step_receive reports the dead worker
+        self._send(EnvCommand.STEP, (split, self.num_splits), positions=positions)
 
     def step_receive(self, group: int) -> StepResult:
         """Wait for the step of ``group`` started by ``step_send``; the result's
