@@ -254,6 +254,13 @@ class TrainerSettings:
         return bool((self.num_env_steps and env_steps >= self.num_env_steps)
                     or (self.num_iterations and iteration >= self.num_iterations))
 
+    def progress(self, iteration: int, env_steps: int) -> float:
+        """How much of the budget is used, 0..1: the larger of env_steps /
+        num_env_steps and iteration / num_iterations (those that are set)."""
+        shares = [env_steps / self.num_env_steps if self.num_env_steps else 0.0,
+                  iteration / self.num_iterations if self.num_iterations else 0.0]
+        return min(max(shares), 1.0)
+
     def env_seed(self, actor_id: int, epoch: int, generation: int) -> int:
         """Base seed of actor ``actor_id``'s envs (env k gets this + k).
 

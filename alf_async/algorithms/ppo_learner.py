@@ -29,6 +29,7 @@ from alf_async.algorithms.guarded_step import GuardedStep
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
+from alf_async.algorithms.step_size import StepSizeControl
 from alf_async.algorithms.value_ops import (explained_variance,
                                             generalized_advantage_estimation, vtrace)
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
@@ -50,7 +51,15 @@ class PPOLearner:
         mini_batch_size: samples per gradient step (<= T * K). Each pass uses
             floor(T * K / mini_batch_size) minibatches; the remainder of the
             shuffled samples waits for the next pass.
-        learning_rate: Adam step size.
+        learning_rate: Adam step size (where a schedule starts).
+        learning_rate_schedule: "constant" (the default) or "linear" (down to
+            learning_rate * learning_rate_end_fraction at the end of the
+            budget); ``algorithms.step_size``.
+        learning_rate_end_fraction: where "linear" ends (0 <= f <= 1).
+        target_kl: None (the default) or the KL budget of one iteration: its
+            remaining gradient steps are skipped once a minibatch's approximate
+            KL to the iteration's starting policy exceeds 1.5 * target_kl
+            (SB3's target_kl; ``algorithms.step_size``).
         adam_epsilon: Adam's epsilon.
         max_grad_norm: global-norm gradient clipping threshold (0 disables).
         clip_ratio: PPO's epsilon for the importance-ratio clip.
@@ -111,6 +120,9 @@ class PPOLearner:
                  action_spec: Union[ActionSpec, int],
                  num_epochs: int = 20,
                  mini_batch_size: int = 4096, learning_rate: float = 3e-4,
+                 learning_rate_schedule: str = "constant",
+                 learning_rate_end_fraction: float = 0.0,
+                 target_kl: Optional[float] = None,
                  adam_epsilon: float = 1e-5, max_grad_norm: float = 0.5,
                  clip_ratio: float = 0.2, value_loss_weight: float = 0.5,
                  entropy_coef: float = 1e-2, gamma: float = 0.99,
@@ -124,7 +136,6 @@ class PPOLearner:
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
                 ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
-                ("learning_rate", learning_rate, "number", dict(low=0, low_open=True)),
                 ("max_grad_norm", max_grad_norm, "number", dict(low=0)),
                 ("clip_ratio", clip_ratio, "number", dict(low=0, low_open=True)),
                 ("value_loss_weight", value_loss_weight, "number", dict(low=0)),
@@ -151,6 +162,8 @@ class PPOLearner:
                               f"PPOLearner.rho_bar={rho_bar} (V-trace needs c_bar <= rho_bar)")
         self.num_epochs = int(num_epochs)
         self.mini_batch_size = int(mini_batch_size)
+        self.step_size = StepSizeControl(learning_rate, learning_rate_schedule,
+                                         learning_rate_end_fraction, target_kl)
         self.max_grad_norm = max_grad_norm
         self.clip_ratio = clip_ratio
         self.value_loss_weight = value_loss_weight
@@ -258,7 +271,8 @@ class PPOLearner:
         return acting.normalize(obs)
 
     def train(self, batch: Mapping[str, np.ndarray],
-              behaviour_version: Optional[int] = None) -> Dict[str, float]:
+              behaviour_version: Optional[int] = None,
+              progress: Optional[float] = None) -> Dict[str, float]:
         """One training iteration on a trajectory batch.
 
         Args:
@@ -268,9 +282,16 @@ class PPOLearner:
                 network also initial_state [K, S] and episode_start [T, K].
             behaviour_version: the weight version that acted (for
                 ``observation_stats = "behaviour"``).
+            progress: env steps trained on before this batch / the run's
+                budget (for ``learning_rate_schedule``).
         Returns:
-            Scalar statistics averaged over the gradient steps.
+            Scalar statistics averaged over the gradient steps taken, plus
+            learning_rate, gradient_steps and, with ``target_kl``,
+            kl_early_stop (1.0 if the KL budget ended the iteration early).
         """
+        learning_rate = self.step_size.learning_rate_at(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
         dev = self.device
         t = {k: torch.as_tensor(np.asarray(v)).to(dev) for k, v in batch.items()}
         T, K = t["reward"].shape
@@ -307,7 +328,10 @@ class PPOLearner:
         steps = skipped = 0
         per_minibatch = layout.columns_per_minibatch(self.mini_batch_size)
         num_columns = layout.num_columns
+        kl_stopped = False
         for _ in range(self.num_epochs):
+            if kl_stopped:
+                break
             order = torch.randperm(num_columns, generator=self.generator).to(dev)
             for first in range(0, num_columns - per_minibatch + 1, per_minibatch):
                 idx = order[first:first + per_minibatch]
@@ -322,6 +346,9 @@ class PPOLearner:
                                dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar)
+                if self.step_size.over_budget(float(out.stats["approx_kl"])):
+                    kl_stopped = True  # this minibatch's step is not taken
+                    break
                 grad_norm = self._step(self.model, self.optimizer, out.loss,
                                        self.max_grad_norm, lambda: (
                                            f"training iteration {self.iteration}, epoch "
@@ -341,6 +368,9 @@ class PPOLearner:
         if action_std is not None:
             stats["action_std"] = action_std
         stats["gradient_steps"] = float(steps - skipped)
+        stats["learning_rate"] = learning_rate
+        if self.step_size.target_kl is not None:
+            stats["kl_early_stop"] = float(kl_stopped)
         self.iteration += 1
         return stats
 

@@ -59,6 +59,11 @@ class RunContext:
         return self.settings.budget_reached(self.counters["iteration"],
                                             self.counters["env_steps"])
 
+    def progress(self) -> float:
+        """The share of the budget used so far, 0..1 (``TrainerSettings.progress``)."""
+        return self.settings.progress(int(self.counters["iteration"]),
+                                      int(self.counters["env_steps"]))
+
     def start_clock(self) -> None:
         """Training starts now: ``wall_time`` counts from here (plus earlier runs),
         and the next iteration's row carries ``startup_s``."""

@@ -59,7 +59,7 @@ class OnPolicyLoop:
             with run.iteration():
                 train_start = time.monotonic()
                 version = int(c["iteration"])
-                stats = self.learner.train(batch, message.version)
+                stats = self.learner.train(batch, message.version, run.progress())
                 c["iteration"] += 1
                 batches.publish(int(c["iteration"]))
                 checkpoint_now = c["iteration"] % s.checkpoint_interval == 0

@@ -1,0 +1,120 @@
+"""The PPO learner's step-size control: the linear learning-rate schedule and
+the per-iteration KL budget (``algorithms.step_size``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alf_async.algorithms.ppo_learner import PPOLearner
+from alf_async.algorithms.step_size import StepSizeControl
+from alf_async.settings import TrainerSettings
+from alf_async.utils.validation import ConfigError
+
+
+def _batch(seed: int = 0, T: int = 16, K: int = 8) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "observation": rng.standard_normal((T, K, 3)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (T, K, 2)).astype(np.float32),
+        "reward": rng.standard_normal((T, K)).astype(np.float32),
+        "terminated": rng.random((T, K)) < 0.1, "truncated": np.zeros((T, K), bool),
+        "log_prob": np.full((T, K), -2.0, np.float32), "value": np.zeros((T, K), np.float32),
+        "truncation_value": np.zeros((T, K), np.float32),
+        "bootstrap_value": np.zeros(K, np.float32),
+    }
+
+
+def test_linear_schedule_falls_to_its_end_fraction():
+    control = StepSizeControl(1e-3, "linear", end_fraction=0.1)
+    assert control.learning_rate_at(0.0) == pytest.approx(1e-3)
+    assert control.learning_rate_at(0.5) == pytest.approx(0.55e-3)
+    assert control.learning_rate_at(1.0) == pytest.approx(1e-4)
+    assert control.learning_rate_at(3.0) == pytest.approx(1e-4)  # clamped to the end
+    assert control.learning_rate_at(None) == pytest.approx(1e-3)  # no progress: the start
+    assert StepSizeControl(1e-3).learning_rate_at(0.7) == 1e-3  # constant
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(learning_rate_schedule="cosine"), "learning_rate_schedule"),
+    (dict(learning_rate_end_fraction=1.5), "learning_rate_end_fraction"),
+    (dict(target_kl=0.0), "target_kl"),
+    (dict(learning_rate=-1.0), "learning_rate"),
+])
+def test_bad_settings_are_refused_by_name(kwargs, name):
+    with pytest.raises(ConfigError, match=f"PPOLearner.{name}"):
+        PPOLearner(3, 2, **kwargs)
+
+
+def test_the_schedule_sets_the_step_size_of_each_iteration():
+    kwargs = dict(num_epochs=2, mini_batch_size=32, seed=3, learning_rate_schedule="linear")
+    learner = PPOLearner(3, 2, **kwargs)
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    stats = learner.train(_batch(), progress=1.0)  # the end of the budget: lr 0
+    assert stats["learning_rate"] == 0.0
+    assert learner.optimizer.param_groups[0]["lr"] == 0.0
+    for old, new in zip(before, learner.model.parameters()):
+        torch.testing.assert_close(old, new)
+    # At progress 0 the schedule trains exactly like a constant step size.
+    constant, scheduled = PPOLearner(3, 2, **{**kwargs, "learning_rate_schedule": "constant"}), \
+        PPOLearner(3, 2, **kwargs)
+    stats = scheduled.train(_batch(), progress=0.0)
+    constant.train(_batch(), progress=0.0)
+    assert stats["learning_rate"] == pytest.approx(3e-4)
+    for a, b in zip(constant.model.parameters(), scheduled.model.parameters()):
+        torch.testing.assert_close(a, b)
+    moved = any(not torch.equal(a, b) for a, b in zip(before, scheduled.model.parameters()))
+    assert moved
+
+
+def test_kl_budget_ends_the_iteration_early():
+    kwargs = dict(num_epochs=4, mini_batch_size=32, seed=5, learning_rate=1e-2)
+    full = PPOLearner(3, 2, **kwargs).train(_batch())
+    assert full["gradient_steps"] == 4 * 4  # 128 samples / 32, 4 epochs
+    assert "kl_early_stop" not in full
+    stopped = PPOLearner(3, 2, target_kl=1e-6, **kwargs).train(_batch())
+    assert stopped["kl_early_stop"] == 1.0
+    # the first step starts at the proximal policy (KL 0); a large step then
+    # exceeds the budget, and the rest of the iteration is skipped
+    assert 1 <= stopped["gradient_steps"] < full["gradient_steps"]
+    roomy = PPOLearner(3, 2, target_kl=10.0, **kwargs).train(_batch())
+    assert roomy["kl_early_stop"] == 0.0 and roomy["gradient_steps"] == full["gradient_steps"]
+
+
+def test_progress_is_the_used_share_of_the_budget():
+    by_steps = TrainerSettings(num_env_steps=1000)
+    assert by_steps.progress(iteration=3, env_steps=250) == pytest.approx(0.25)
+    both = TrainerSettings(num_env_steps=1000, num_iterations=10)
+    assert both.progress(iteration=5, env_steps=100) == pytest.approx(0.5)  # the larger
+    assert both.progress(iteration=20, env_steps=5000) == 1.0
+
+
+def test_a_training_run_gives_the_learner_its_progress(tmp_path):
+    """A real sync run (InvertedPendulum, 4 iterations): iteration i trains at
+    learning_rate * (1 - (i - 1) / 4), the share of the budget used before it."""
+    import gin
+
+    from alf_async.config import register_configurables
+    from alf_async.training.trainer import Trainer
+    from test_runtime_sync import read_metrics
+
+    gin.clear_config()
+    register_configurables()
+    gin.parse_config("""
+PPOLearner.mini_batch_size = 32
+PPOLearner.num_epochs = 1
+PPOLearner.learning_rate = 1e-3
+PPOLearner.learning_rate_schedule = "linear"
+ActorNetwork.hidden_sizes = (16, 16)
+ValueNetwork.hidden_sizes = (16, 16)
+MetricsRecorder.tensorboard = False
+""")
+    try:
+        Trainer(root_dir=str(tmp_path), env_name="InvertedPendulumBulletEnv-v0",
+                num_envs=2, unroll_length=32, num_iterations=4, seed=1,
+                checkpoint_interval=1000, learner_num_threads=1).train()
+    finally:
+        gin.clear_config()
+    rates = [row["learning_rate"] for row in read_metrics(tmp_path)]
+    assert rates == pytest.approx([1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
