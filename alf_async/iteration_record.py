@@ -154,6 +154,7 @@ TENSORBOARD_TAGS = {
     "action_std": "ppo/action_std",
     "importance_weight": "ppo/importance_weight",
     "truncated_fraction": "ppo/truncated_fraction",
+    "behaviour_kl": "ppo/behaviour_kl",
     "learning_rate": "ppo/learning_rate",
     "kl_early_stop": "ppo/kl_early_stop",
     "critic_loss": "sac/critic_loss",

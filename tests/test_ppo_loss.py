@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,6 +164,8 @@ def test_decoupled_loss_reports_the_share_of_truncated_importance_weights():
                    max_importance_weight=1.2)
     assert out.stats["truncated_fraction"].item() == pytest.approx(3 / 5)
     assert out.stats["importance_weight"].item() == pytest.approx(8.0 / 5)
+    kl = sum((w - 1) - np.log(w) for w in [0.5, 1.0, 1.5, 2.0, 3.0]) / 5
+    assert out.stats["behaviour_kl"].item() == pytest.approx(kl, rel=1e-5)
     # The policy loss used the truncated weights: -min(w, 1.2) * A (r = 1).
     assert out.stats["policy_loss"].item() == pytest.approx(-(0.5 + 1.0 + 1.2 * 3) / 5)
     untruncated = ppo_loss(proximal.clone(), old, torch.ones(5), torch.zeros(5),

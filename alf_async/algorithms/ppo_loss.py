@@ -88,7 +88,8 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
         max_importance_weight: truncation of pi_prox / mu (decoupled only).
 
     Statistics: policy_loss, value_loss, entropy, approx_kl, clip_fraction; with
-    ``proximal_log_prob`` also importance_weight (mean pi_prox / mu) and, with
+    ``proximal_log_prob`` also importance_weight (mean pi_prox / mu),
+    behaviour_kl (an estimate of KL(mu || pi_prox): how stale the batch is) and, with
     ``max_importance_weight``, truncated_fraction (the share of samples whose
     pi_prox / mu exceeds it).
     """
@@ -117,8 +118,12 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             "clip_fraction": ((ratio - 1.0).abs() > clip_ratio).float().mean(),
         }
         if proximal_log_prob is not None:
-            weight = torch.exp(proximal_log_prob - old_log_prob)
+            log_weight = proximal_log_prob - old_log_prob
+            weight = torch.exp(log_weight)
             stats["importance_weight"] = weight.mean()
+            # How far the behaviour policy is from the proximal one: an
+            # estimate of KL(mu || pi_prox) from samples of mu, (w - 1) - log w.
+            stats["behaviour_kl"] = ((weight - 1.0) - log_weight).mean()
             if max_importance_weight is not None:
                 # The share of samples whose pi_prox / mu the truncation cut
                 # (by more than float rounding: on-policy data, whose ratio is 1
