@@ -11,7 +11,7 @@ population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Optional
 
 import gin
 import numpy as np
@@ -133,3 +133,31 @@ def subtract_statistics(whole: Mapping[str, np.ndarray], part: Mapping[str, np.n
     m2_b = (np.asarray(whole["m2"], np.float64) - np.asarray(part["m2"], np.float64)
             - delta ** 2 * (na * nb / n))
     return {"count": np.array([nb]), "mean": mean_b, "m2": np.maximum(m2_b, 0.0)}
+
+
+class PublishedStatistics:
+    """The normalizer statistics published with each weight version (the
+    newest ``keep`` versions), so that a batch can be normalized as the
+    version that acted on it did (``PPOLearner.observation_stats =
+    "behaviour"``)."""
+
+    def __init__(self, keep: int = 64):
+        self.keep = keep
+        self._by_version: Dict[int, Mapping[str, np.ndarray]] = {}
+
+    def publish(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+        self._by_version[version] = arrays
+        for old in [v for v in self._by_version if v < version - self.keep]:
+            del self._by_version[old]
+
+    def normalizer(self, version: int, like: "RunningNormalizer"
+                   ) -> Optional["RunningNormalizer"]:
+        """A normalizer (``like``'s settings) with version's statistics; None
+        if they were not published here (before a resume, or too old)."""
+        arrays = self._by_version.get(version)
+        if arrays is None:
+            return None
+        acting = RunningNormalizer(like.dim, like.clip, like.epsilon)
+        acting.load_state_arrays(arrays)
+        return acting
+

@@ -26,7 +26,7 @@ import torch
 
 from alf_async.algorithms.adam import Adam
 from alf_async.algorithms.guarded_step import GuardedStep
-from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.algorithms.normalizer import PublishedStatistics, RunningNormalizer
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.step_size import StepSizeControl
@@ -182,8 +182,7 @@ class PPOLearner:
         self.recompute_values = recompute_values
         self.chunk_length = chunk_length
         self.observation_stats = observation_stats
-        # version -> normalizer statistics published with it ("behaviour" stats)
-        self._published_stats: Dict[int, Dict[str, np.ndarray]] = {}
+        self._published_stats = PublishedStatistics()  # for "behaviour" stats
         self._step = GuardedStep(max_skipped_updates)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -248,9 +247,7 @@ class PPOLearner:
         if self.normalize_observations:
             groups["normalizer"] = self.normalizer.state_arrays()
             if self.observation_stats == "behaviour":
-                self._published_stats[self.iteration] = groups["normalizer"]
-                for old in [v for v in self._published_stats if v < self.iteration - 64]:
-                    del self._published_stats[old]
+                self._published_stats.publish(self.iteration, groups["normalizer"])
         return pack_weights(groups)
 
     def _normalized_batch(self, raw: np.ndarray, obs: torch.Tensor,
@@ -259,16 +256,11 @@ class PPOLearner:
         adds the batch to the running statistics."""
         if not self.normalize_observations:
             return obs
-        stats = None
+        acting = None
         if self.observation_stats == "behaviour" and behaviour_version is not None:
-            stats = self._published_stats.get(behaviour_version)
+            acting = self._published_stats.normalizer(behaviour_version, self.normalizer)
         self.normalizer.update(raw)
-        if stats is None:
-            return self.normalizer.normalize(obs)
-        acting = RunningNormalizer(self.normalizer.dim, self.normalizer.clip,
-                                   self.normalizer.epsilon)
-        acting.load_state_arrays(stats)
-        return acting.normalize(obs)
+        return (self.normalizer if acting is None else acting).normalize(obs)
 
     def train(self, batch: Mapping[str, np.ndarray],
               behaviour_version: Optional[int] = None,
