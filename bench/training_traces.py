@@ -1,0 +1,113 @@
+"""The PPO statistics of finished runs along their whole length, side by side.
+
+Issue 24's "measure first": how far a stale batch is from the policy that
+trains on it, and how hard one iteration pushes the policy, from the start of
+a run to its convergence, sync against async. For each run directory (a
+``metrics.jsonl`` and, if evaluated, an ``eval.jsonl``) the rows are cut into
+bins of ``--bin`` env steps and each statistic is averaged per bin:
+
+- behaviour_kl: KL(mu || pi_prox) estimated over the batch (0 without lag,
+  up to normalizer updates and float rounding);
+- truncated_fraction: the share of samples whose pi_prox / mu exceeded rho_bar;
+- approx_kl, clip_fraction: how far an iteration moved the policy (against
+  pi_prox);
+- explained_variance, action_std, lag, learning_rate, gradient_steps;
+- episode_return (training, stochastic) and eval_return (deterministic, the
+  evaluation that fell in the bin).
+
+Usage: python -m bench.training_traces sync=runs/suite/half_cheetah_sync_s0 \\
+           async=runs/suite/half_cheetah_async_s0 --bin 200000
+Output: a markdown table per statistic on stderr, one JSON line on stdout
+{"bench": "training_traces", "bin": ..., "runs": {label: {stat: [per bin]}}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from bench import benchlib
+
+logger = logging.getLogger("bench")
+
+STATS = ("behaviour_kl", "truncated_fraction", "importance_weight", "approx_kl",
+         "clip_fraction", "explained_variance", "action_std", "lag", "learning_rate",
+         "gradient_steps", "episode_return", "eval_return")
+
+
+def binned(rows: Sequence[Dict], evals: Sequence[Dict], bin_steps: int,
+           num_bins: int) -> Dict[str, List[Optional[float]]]:
+    """stat -> its mean over the rows whose env_steps fall in each bin
+    [i * bin_steps, (i + 1) * bin_steps); None where a bin has no value."""
+    sums: Dict[str, List[float]] = {s: [0.0] * num_bins for s in STATS}
+    counts: Dict[str, List[int]] = {s: [0] * num_bins for s in STATS}
+    for source in (rows, evals):
+        for row in source:
+            i = min(int(row["env_steps"]) // bin_steps, num_bins - 1)
+            for stat in STATS:
+                value = row.get(stat)
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    sums[stat][i] += float(value)
+                    counts[stat][i] += 1
+    return {s: [sums[s][i] / counts[s][i] if counts[s][i] else None
+                for i in range(num_bins)] for s in STATS}
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (a run's --root_dir)")
+    p.add_argument("--bin", type=int, default=200_000, help="env steps per bin")
+    args = p.parse_args(argv)
+    args.labelled = []
+    for item in args.runs:
+        label, sep, path = item.partition("=")
+        if not sep or not os.path.isfile(os.path.join(path, "metrics.jsonl")):
+            p.error(f"{item!r}: expected LABEL=RUN_DIR with a metrics.jsonl in RUN_DIR")
+        args.labelled.append((label, path))
+    if args.bin < 1:
+        p.error(f"--bin must be >= 1 env step, got {args.bin}")
+    return args
+
+
+def _cell(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    benchlib.claim_stdout()
+    benchlib.setup_logging()
+    args = parse_args(argv)
+    loaded = []
+    for label, path in args.labelled:
+        rows = benchlib.read_metrics(os.path.join(path, "metrics.jsonl"))
+        eval_path = os.path.join(path, "eval.jsonl")
+        evals = benchlib.read_jsonl(eval_path) if os.path.isfile(eval_path) else []
+        loaded.append((label, rows, evals))
+    last = max((int(r["env_steps"]) for _, rows, _ in loaded for r in rows), default=0)
+    num_bins = max(1, -(-last // args.bin))
+    traces = {label: binned(rows, evals, args.bin, num_bins) for label, rows, evals in loaded}
+    header = " | ".join(f"{(i + 1) * args.bin / 1e6:g}M" for i in range(num_bins))
+    lines = []
+    for stat in STATS:
+        if all(v is None for t in traces.values() for v in t[stat]):
+            continue
+        lines += [f"#### {stat} (mean per bin of {args.bin:,} env steps, up to)", "",
+                  f"| run | {header} |", "|---|" + "---:|" * num_bins]
+        for label, trace in traces.items():
+            lines.append(f"| {label} | " + " | ".join(_cell(v) for v in trace[stat]) + " |")
+        lines.append("")
+    print("\n".join(lines), file=sys.stderr)
+    benchlib.emit({"bench": "training_traces", "bin": args.bin, "runs": traces,
+                   "dirs": dict(args.labelled)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
