@@ -48,8 +48,9 @@ class SACLearner:
     """Soft Actor-Critic on a continuous action space.
 
     Args:
-        observation: the env's ``ObservationSpec`` (a vector; an integer O: O
-            values).
+        observation: the env's ``ObservationSpec`` (an integer O: a vector of
+            O values). Images keep their dtype in the replay buffer and reach
+            the networks' image encoders as stored (``networks.sac``).
         action_spec: the env's action space; must be continuous.
         learning_rate: Adam's step size for the actor, the critics and alpha.
         batch_size: B, transitions per gradient step.
@@ -92,9 +93,9 @@ class SACLearner:
         self.learn_alpha = learn_alpha
         self.target_entropy = float(-spec.dim if target_entropy is None else target_entropy)
         torch.manual_seed(seed)
-        observation_dim = as_observation_spec(observation).dim  # vectors [O] only
-        self.actor = SquashedGaussianActor(observation_dim, spec.dim).to(self.device)
-        self.critic = TwinQNetwork(observation_dim, spec.dim).to(self.device)
+        observation = as_observation_spec(observation)
+        self.actor = SquashedGaussianActor(observation, spec.dim).to(self.device)
+        self.critic = TwinQNetwork(observation, spec.dim).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device,
                                       requires_grad=True)

@@ -30,8 +30,8 @@ class SACPolicy:
     """The SAC actor network sampling on the CPU.
 
     Args:
-        observation: the env's ``ObservationSpec`` (a vector; an integer O: O
-            values).
+        observation: the env's ``ObservationSpec`` (an integer O: a vector of
+            O values; images as ``SACLearner``'s).
         action_spec: the env's (continuous) action space.
         seed: seeds the sampling generator.
         deterministic: act with tanh(mean) (for evaluation).
@@ -41,8 +41,9 @@ class SACPolicy:
                  action_spec: Union[ActionSpec, int], seed: int = 0,
                  deterministic: bool = False):
         self.action_dim = as_action_spec(action_spec).dim
-        self.actor = SquashedGaussianActor(as_observation_spec(observation).dim,
-                                           self.action_dim)
+        spec = as_observation_spec(observation)
+        self._image = spec.is_image  # frames reach the encoder in their own dtype
+        self.actor = SquashedGaussianActor(spec, self.action_dim)
         self.actor.eval()
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic
@@ -62,13 +63,14 @@ class SACPolicy:
 
     @torch.no_grad()
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """observation [K, O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0)."""
+        """observation [K, *O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0)."""
         k = len(observation)
         if self.uniform and not self.deterministic:
             action = torch.rand((k, self.action_dim), generator=self.generator) * 2 - 1
             log_prob = torch.full((k,), -self.action_dim * float(np.log(2.0)))
         else:
-            obs = torch.from_numpy(np.asarray(observation, np.float32))
+            obs = torch.from_numpy(np.ascontiguousarray(
+                observation if self._image else np.asarray(observation, np.float32)))
             action, log_prob = self.actor.sample(obs, self.generator, self.deterministic,
                                                  exploration=self._sde_exploration(k))
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)

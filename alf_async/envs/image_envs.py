@@ -9,6 +9,10 @@ right (clipped at the borders). Reward 1 for every step that ends with the dot
 in the middle column, else 0; an episode lasts 16 steps. What to do can only be
 read off the pixels. The best policy scores 12-15 (the dot is at most 4 columns
 away), a uniformly random one about 3.
+
+``AlfAsyncDotCenteringContinuous-v0``: the same with a continuous action in
+[-1, 1] (Box, shape (1,)): below -1/3 moves the dot left, above 1/3 right,
+between keeps it; for SAC, which needs continuous actions.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 DOT_CENTERING_ID = "AlfAsyncDotCentering-v0"
+DOT_CENTERING_CONTINUOUS_ID = "AlfAsyncDotCenteringContinuous-v0"
 SIZE = 9
 EPISODE_STEPS = 16
 
@@ -61,10 +66,24 @@ class DotCentering(gym.Env):
                          axis=1)
 
 
+class ContinuousDotCentering(DotCentering):
+    """DotCentering with a continuous action in [-1, 1] (see the module doc)."""
+
+    def __init__(self, render_mode: Optional[str] = None, size: int = SIZE):
+        super().__init__(render_mode, size)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict]:
+        value = float(np.asarray(action, np.float64).reshape(-1)[0])
+        return super().step(0 if value < -1 / 3 else 2 if value > 1 / 3 else 1)
+
+
 def _register() -> None:
-    if DOT_CENTERING_ID not in gym.registry:
-        gym.register(id=DOT_CENTERING_ID, entry_point=DotCentering,
-                     max_episode_steps=EPISODE_STEPS)
+    for env_id, entry_point in ((DOT_CENTERING_ID, DotCentering),
+                                (DOT_CENTERING_CONTINUOUS_ID, ContinuousDotCentering)):
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point,
+                         max_episode_steps=EPISODE_STEPS)
 
 
 _register()

@@ -4,21 +4,39 @@ Actions are the stored continuous rows of ``envs.spaces`` ([B, A] in [-1, 1];
 the env wrapper maps them to the env's bounds), so the policy's tanh output is
 stored and stepped as it is.
 
-Shapes: B = batch, O = observation_dim, A = action_dim.
+Image observations (an ``ObservationSpec`` with ``is_image``) go through an
+``ImageEncoder`` first: the policy has its own, and the twin Q networks share
+one, trained by the critic loss only (the actor's loss does not reach the
+critic's encoder, nor the critic's the actor's), as Stable-Baselines3's SAC
+does by default. Vector observations feed the MLPs directly, as before.
+
+Shapes: B = batch, O = the observation's shape (a vector [O] or a frame), A =
+action_dim.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import gin
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.networks.actor_critic import HIDDEN_INITS, mlp
+from alf_async.networks.encoders import ImageEncoder
 from alf_async.utils.validation import check
+
+
+def _encoder(observation: Union[ObservationSpec, int]) -> Tuple[Optional[nn.Module], int]:
+    """(an ``ImageEncoder`` for image observations else None, the MLP's input size)."""
+    spec = as_observation_spec(observation)
+    if not spec.is_image:
+        return None, spec.dim
+    encoder = ImageEncoder(spec)
+    return encoder, encoder.feature_size
 
 
 @gin.configurable
@@ -39,7 +57,8 @@ class SquashedGaussianActor(nn.Module):
       clipped to [-sde_clip_mean, sde_clip_mean] (SB3's hardtanh).
 
     Args:
-        observation_dim: O.
+        observation_dim: the env's ``ObservationSpec`` (images get an
+            ``ImageEncoder`` before the body), or O for a vector of O values.
         action_dim: A.
         hidden_sizes: hidden layers of the shared body (H = the last one).
         activation: one of tanh, relu, elu, silu.
@@ -58,7 +77,7 @@ class SquashedGaussianActor(nn.Module):
             ``nn.Linear``'s own.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
+    def __init__(self, observation_dim: Union[ObservationSpec, int], action_dim: int,
                  hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu",
                  min_log_std: float = -20.0, max_log_std: float = 2.0,
                  initial_log_std: float = 0.0, use_sde: bool = False,
@@ -73,7 +92,8 @@ class SquashedGaussianActor(nn.Module):
                              f"got {sde_clip_mean}")
         check("SquashedGaussianActor", "hidden_init", hidden_init, "choice",
               choices=HIDDEN_INITS)
-        self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
+        self.encoder, inputs = _encoder(observation_dim)
+        self.body, size = mlp(inputs, hidden_sizes, activation, hidden_init)
         self.feature_dim = size
         self.mean = nn.Linear(size, action_dim)
         self.use_sde = use_sde
@@ -93,8 +113,10 @@ class SquashedGaussianActor(nn.Module):
 
     def features(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor,
                                                            torch.Tensor]:
-        """observation [B, O] -> (mean [B, A], std [B, A] of the pre-tanh u, the
+        """observation [B, *O] -> (mean [B, A], std [B, A] of the pre-tanh u, the
         body's features h [B, H])."""
+        if self.encoder is not None:
+            observation = self.encoder(observation)
         h = self.body(observation)
         mean = self.mean(h)
         if self.use_sde:
@@ -152,27 +174,32 @@ def squash_correction(u: torch.Tensor) -> torch.Tensor:
 
 @gin.configurable
 class TwinQNetwork(nn.Module):
-    """Two independent Q(s, a) MLPs on [observation, action].
+    """Two independent Q(s, a) MLPs on [observation, action] (on [the shared
+    image encoder's features, action] for images).
 
     Args:
-        observation_dim: O.
+        observation_dim: the env's ``ObservationSpec`` or O (as
+            ``SquashedGaussianActor``'s).
         action_dim: A.
         hidden_sizes, activation: of each Q network.
         hidden_init: the hidden layers' initialization (as
             ``SquashedGaussianActor``'s); the output layers keep ``nn.Linear``'s own.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
+    def __init__(self, observation_dim: Union[ObservationSpec, int], action_dim: int,
                  hidden_sizes: Sequence[int] = (400, 300), activation: str = "relu",
                  hidden_init: str = "orthogonal"):
         super().__init__()
         check("TwinQNetwork", "hidden_init", hidden_init, "choice", choices=HIDDEN_INITS)
-        self.q1 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation, hidden_init)
-        self.q2 = _QNetwork(observation_dim + action_dim, hidden_sizes, activation, hidden_init)
+        self.encoder, inputs = _encoder(observation_dim)
+        self.q1 = _QNetwork(inputs + action_dim, hidden_sizes, activation, hidden_init)
+        self.q2 = _QNetwork(inputs + action_dim, hidden_sizes, activation, hidden_init)
 
     def forward(self, observation: torch.Tensor,
                 action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(observation [B, O], action [B, A]) -> (Q1 [B], Q2 [B])."""
+        """(observation [B, *O], action [B, A]) -> (Q1 [B], Q2 [B])."""
+        if self.encoder is not None:
+            observation = self.encoder(observation)
         x = torch.cat([observation, action], dim=-1)
         return self.q1(x), self.q2(x)
 

@@ -63,15 +63,6 @@ def read_env_spec(s: TrainerSettings) -> Tuple[ObservationSpec, ActionSpec]:
     return observation, action_spec
 
 
-def check_observations(settings: TrainerSettings, observation: ObservationSpec) -> None:
-    """``ConfigError`` for observations the run's algorithm cannot train on."""
-    if settings.off_policy and observation.is_image:
-        raise ConfigError(
-            f"Trainer.algorithm='sac' trains on vector observations only so far, and env "
-            f"{settings.env_name} gives images ({observation}); use Trainer.algorithm="
-            f"'ppo', whose networks take images")
-
-
 def _bound_value(parameter: str) -> Any:
     """The value gin binds to ``parameter`` ("Configurable.name"), or None."""
     try:
@@ -110,7 +101,6 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
                                             s.seed, gin_imports(gin.config_str()))
         if env_step_s is not None:
             s = s.fitted_to_env(env_step_s)
-    check_observations(s, observation)
     shared = check_resources(s, observation, action_spec.dim)
     if s.off_policy:
         replay = replay or ReplaySettings()
