@@ -58,6 +58,7 @@ ZOO_PPO_SCORES: Dict[str, tuple] = {
 }
 MODES = ("sync", "async")
 CHECKPOINTS = (1_000_000, 2_000_000)  # env steps the eval return is reported at
+FIXED_THRESHOLDS = (1000, 1500, 2000, 2500)  # eval returns reported beside the zoo's
 
 
 def gin_file(env: str, mode: str) -> str:
@@ -112,6 +113,12 @@ def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
     return None if hit is None else hit["eval_return"]
 
 
+def threshold_scores(zoo: float) -> List[tuple]:
+    """(name, eval return) of the thresholds reported: the fixed ones, the
+    zoo's score and 90% of it."""
+    return [(str(t), float(t)) for t in FIXED_THRESHOLDS] + [("zoo", zoo), ("zoo90", 0.9 * zoo)]
+
+
 def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
     """The figures of one finished run, from its eval.jsonl and metrics.jsonl."""
     evals = benchlib.read_jsonl(os.path.join(run_dir, "eval.jsonl"))
@@ -120,8 +127,7 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
     result: Dict[str, Any] = {"env": env, "mode": mode, "seed": seed, "zoo_score": zoo,
                               "evaluations": [[e["env_steps"], e["wall_time"],
                                                e["eval_return"]] for e in evals]}
-    for name, score in (("1000", 1000.0), ("2000", 2000.0), ("zoo", zoo),
-                        ("zoo90", 0.9 * zoo)):
+    for name, score in threshold_scores(zoo):
         hit = first_at_or_above(evals, score)
         result[f"steps_to_{name}"] = hit["env_steps"] if hit else None
         result[f"wall_s_to_{name}"] = hit["wall_time"] if hit else None
@@ -171,11 +177,13 @@ def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str
                 values = [r[key] for r in runs if r.get(key) is not None]
                 entry[key] = benchlib.mean(values) if values else None
                 entry[key + "_range"] = [min(values), max(values)] if values else None
-            for name in ("1000", "2000", "zoo", "zoo90"):
-                steps = [r[f"steps_to_{name}"] for r in runs
-                         if r.get(f"steps_to_{name}") is not None]
-                walls = [r[f"wall_s_to_{name}"] for r in runs
-                         if r.get(f"wall_s_to_{name}") is not None]
+            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
+                # from each run's evaluations [env steps, wall s, return], so
+                # that results written before a threshold was added count too
+                hits = [next((e for e in r["evaluations"] if e[2] >= score), None)
+                        for r in runs]
+                steps = [h[0] for h in hits if h is not None]
+                walls = [h[1] for h in hits if h is not None]
                 entry[f"reached_{name}"] = len(steps)
                 entry[f"steps_to_{name}"] = benchlib.median(steps) if steps else None
                 entry[f"wall_s_to_{name}"] = benchlib.median(walls) if walls else None
@@ -200,23 +208,38 @@ def _reach(entry: Dict[str, Any], name: str) -> str:
     return f"{steps / 1e6:.2f}M, {wall / 60:.0f} min ({entry[f'reached_{name}']}/{entry['runs']})"
 
 
+def _ratio(num: Optional[float], den: Optional[float]) -> str:
+    return "-" if num is None or den is None or not den else f"{num / den:.2f}"
+
+
 def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
-    """One table per env: rows sync / async."""
+    """One table per env: rows sync / async, and async / sync where both have
+    the figure."""
     out = []
     for env, modes in summary.items():
         env_id, zoo = ZOO_PPO_SCORES[env]
+        names = [name for name, _ in threshold_scores(zoo)]
+        labels = [f"to {t}" for t in FIXED_THRESHOLDS] + [f"to {zoo:.0f} (zoo)",
+                                                          f"to {0.9 * zoo:.0f} (90%)"]
         out += [f"### {env_id} (zoo PPO: {zoo:.0f})", "",
-                "| mode | eval at 1M | eval at 2M | to 1000 | to 2000 | to the zoo's score "
-                "| to 90% of it | env steps/s |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                "| mode | eval at 1M | eval at 2M | " + " | ".join(labels) + " | env steps/s |",
+                "|---|---:|---:|" + "---:|" * len(labels) + "---:|"]
         for mode, e in modes.items():
             out.append(f"| {mode} | {_score(e['eval_at_1M'], e['eval_at_1M_range'])} "
-                       f"| {_score(e['eval_at_2M'], e['eval_at_2M_range'])} "
-                       f"| {_reach(e, '1000')} | {_reach(e, '2000')} | {_reach(e, 'zoo')} "
-                       f"| {_reach(e, 'zoo90')} | {e['env_steps_per_s']:.0f} |")
+                       f"| {_score(e['eval_at_2M'], e['eval_at_2M_range'])} | "
+                       + " | ".join(_reach(e, n) for n in names)
+                       + f" | {e['env_steps_per_s']:.0f} |")
+        if "sync" in modes and "async" in modes:
+            s, a = modes["sync"], modes["async"]
+            cells = [f"{_ratio(a[f'steps_to_{n}'], s[f'steps_to_{n}'])} steps, "
+                     f"{_ratio(a[f'wall_s_to_{n}'], s[f'wall_s_to_{n}'])} time" for n in names]
+            out.append(f"| async / sync | {_ratio(a['eval_at_1M'], s['eval_at_1M'])} "
+                       f"| {_ratio(a['eval_at_2M'], s['eval_at_2M'])} | " + " | ".join(cells)
+                       + f" | {_ratio(a['env_steps_per_s'], s['env_steps_per_s'])} |")
         out.append("")
     out.append("Eval: mean over seeds [min - max]; to X: median env steps (M) and training "
-               "minutes over the seeds that got there (k/n seeds).")
+               "minutes over the seeds that got there (k/n seeds); async / sync: ratios of "
+               "those medians.")
     return "\n".join(out)
 
 
