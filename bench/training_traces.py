@@ -43,7 +43,8 @@ STATS = ("behaviour_kl", "truncated_fraction", "importance_weight", "approx_kl",
 def binned(rows: Sequence[Dict], evals: Sequence[Dict], bin_steps: int,
            num_bins: int) -> Dict[str, List[Optional[float]]]:
     """stat -> its mean over the rows whose env_steps fall in each bin
-    [i * bin_steps, (i + 1) * bin_steps); None where a bin has no value."""
+    [i * bin_steps, (i + 1) * bin_steps) (the last bin takes the rest); None
+    where a bin has no value."""
     sums: Dict[str, List[float]] = {s: [0.0] * num_bins for s in STATS}
     counts: Dict[str, List[int]] = {s: [0] * num_bins for s in STATS}
     for source in (rows, evals):
@@ -91,7 +92,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         evals = benchlib.read_jsonl(eval_path) if os.path.isfile(eval_path) else []
         loaded.append((label, rows, evals))
     last = max((int(r["env_steps"]) for _, rows, _ in loaded for r in rows), default=0)
-    num_bins = max(1, -(-last // args.bin))
+    # A budget overshoots by part of a batch (2,002,944 for 2M): those rows
+    # join the last bin rather than open one of their own.
+    num_bins = max(1, round(last / args.bin))
     traces = {label: binned(rows, evals, args.bin, num_bins) for label, rows, evals in loaded}
     header = " | ".join(f"{(i + 1) * args.bin / 1e6:g}M" for i in range(num_bins))
     lines = []
