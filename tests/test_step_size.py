@@ -3,7 +3,6 @@ the per-iteration KL budget (``algorithms.step_size``)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -11,19 +10,13 @@ from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.step_size import StepSizeControl
 from alf_async.settings import TrainerSettings
 from alf_async.utils.validation import ConfigError
+from test_lag_correction import _batch as lag_batch
 
 
-def _batch(seed: int = 0, T: int = 16, K: int = 8) -> dict:
-    rng = np.random.default_rng(seed)
-    return {
-        "observation": rng.standard_normal((T, K, 3)).astype(np.float32),
-        "action": rng.uniform(-1, 1, (T, K, 2)).astype(np.float32),
-        "reward": rng.standard_normal((T, K)).astype(np.float32),
-        "terminated": rng.random((T, K)) < 0.1, "truncated": np.zeros((T, K), bool),
-        "log_prob": np.full((T, K), -2.0, np.float32), "value": np.zeros((T, K), np.float32),
-        "truncation_value": np.zeros((T, K), np.float32),
-        "bootstrap_value": np.zeros(K, np.float32),
-    }
+def _batch(seed: int = 0) -> dict:
+    """A [16, 8] batch of random observations, actions and rewards (the lag
+    tests' maker)."""
+    return lag_batch(seed, T=16, K=8)
 
 
 def test_linear_schedule_falls_to_its_end_fraction():
