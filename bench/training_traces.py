@@ -24,7 +24,6 @@ Output: a markdown table per statistic on stderr, one JSON line on stdout
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
