@@ -99,9 +99,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def first_at_or_above(evals: Sequence[Dict[str, Any]], score: float) -> Optional[Dict[str, Any]]:
-    """The first evaluation whose mean return is >= ``score``."""
-    return next((e for e in evals if e["eval_return"] >= score), None)
+def first_at_or_above(points: Sequence[Sequence[float]], score: float
+                      ) -> Optional[Sequence[float]]:
+    """The first evaluation [env steps, wall s, eval return] whose return is
+    >= ``score``."""
+    return next((p for p in points if p[2] >= score), None)
 
 
 def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
@@ -128,9 +130,9 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
                               "evaluations": [[e["env_steps"], e["wall_time"],
                                                e["eval_return"]] for e in evals]}
     for name, score in threshold_scores(zoo):
-        hit = first_at_or_above(evals, score)
-        result[f"steps_to_{name}"] = hit["env_steps"] if hit else None
-        result[f"wall_s_to_{name}"] = hit["wall_time"] if hit else None
+        hit = first_at_or_above(result["evaluations"], score)
+        result[f"steps_to_{name}"] = hit[0] if hit else None
+        result[f"wall_s_to_{name}"] = hit[1] if hit else None
     for steps in CHECKPOINTS:
         result[f"eval_at_{steps // 1_000_000}M"] = eval_at(evals, steps)
     last = rows[-1] if rows else {}
@@ -180,8 +182,7 @@ def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str
             for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
                 # from each run's evaluations [env steps, wall s, return], so
                 # that results written before a threshold was added count too
-                hits = [next((e for e in r["evaluations"] if e[2] >= score), None)
-                        for r in runs]
+                hits = [first_at_or_above(r["evaluations"], score) for r in runs]
                 steps = [h[0] for h in hits if h is not None]
                 walls = [h[1] for h in hits if h is not None]
                 entry[f"reached_{name}"] = len(steps)

@@ -38,8 +38,6 @@ def test_a_forked_child_sees_the_environment_at_its_launch(tmp_path, monkeypatch
     assert has_torch == "True"  # imported by the server, not paid by the child
 
 
-
-
 def _report_env_workers(path: str) -> None:
     """In a forkserver child, as in an actor: how env workers start, before
     and after this process has a second thread."""

@@ -160,4 +160,3 @@ class PublishedStatistics:
         acting = RunningNormalizer(like.dim, like.clip, like.epsilon)
         acting.load_state_arrays(arrays)
         return acting
-

@@ -338,7 +338,7 @@ class PPOLearner:
                                dist.entropy(), self.clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar)
-                if self.step_size.over_budget(float(out.stats["approx_kl"])):
+                if self.step_size.over_budget(out.stats["approx_kl"]):
                     kl_stopped = True  # this minibatch's step is not taken
                     break
                 grad_norm = self._step(self.model, self.optimizer, out.loss,

@@ -21,7 +21,7 @@ learning_rate_end_fraction and target_kl).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from alf_async.utils.validation import check
 
@@ -57,7 +57,9 @@ class StepSizeControl:
         p = min(max(float(progress), 0.0), 1.0)
         return float(self.learning_rate) * (1.0 - p * (1.0 - self.end_fraction))
 
-    def over_budget(self, approx_kl: float) -> bool:
+    def over_budget(self, approx_kl: Any) -> bool:
         """Whether a minibatch with this approximate KL (to the iteration's
-        starting policy) ends the iteration before its step."""
-        return self.target_kl is not None and approx_kl > KL_STOP_FACTOR * self.target_kl
+        starting policy; a float or a 0-d tensor, read only with a budget
+        set) ends the iteration before its step."""
+        return (self.target_kl is not None
+                and float(approx_kl) > KL_STOP_FACTOR * self.target_kl)
