@@ -254,37 +254,35 @@ class RunDir:
 
 def run_processes(trainer_pid: int) -> Dict[str, List[Any]]:
     """The processes of a running train command by role (psutil processes):
-    "actors" (forked from the trainer's forkserver, or spawned where there is
-    none) and "env_workers" (the actors' children named
-    ``ENV_WORKER_PROCESS_NAME``); empty lists once the trainer is gone."""
+    "actors" (the trainer's children named ``ACTOR_PROCESS_NAME`` or
+    ``HOGWILD_WORKER_PROCESS_NAME``, forked from its forkserver or spawned
+    where there is none; not the evaluator or the env probe) and "env_workers"
+    (the actors' children named ``ENV_WORKER_PROCESS_NAME``); empty lists once
+    the trainer is gone."""
     import psutil
 
-    from alf_async.utils.process import ENV_WORKER_PROCESS_NAME
+    from alf_async.utils.process import (ACTOR_PROCESS_NAME, ENV_WORKER_PROCESS_NAME,
+                                         HOGWILD_WORKER_PROCESS_NAME)
 
-    def command(proc) -> str:
-        try:
-            return " ".join(proc.cmdline())
-        except psutil.Error:
-            return ""
-
-    try:
-        children = psutil.Process(trainer_pid).children()
-    except psutil.Error:
-        return {"actors": [], "env_workers": []}
-    actors = []
-    for child in children:
-        cmd = command(child)
-        if "forkserver" in cmd:
+    def named(procs, names) -> List[Any]:
+        found = []
+        for proc in procs:
             try:
-                actors += child.children()
+                if proc.name() in names:
+                    found.append(proc)
             except psutil.Error:
                 pass
-        elif "spawn_main" in cmd and "resource_tracker" not in cmd:
-            actors.append(child)
+        return found
+
+    try:
+        descendants = psutil.Process(trainer_pid).children(recursive=True)
+    except psutil.Error:
+        return {"actors": [], "env_workers": []}
+    actors = named(descendants, (ACTOR_PROCESS_NAME, HOGWILD_WORKER_PROCESS_NAME))
     workers = []
     for actor in actors:
         try:
-            workers += [p for p in actor.children() if p.name() == ENV_WORKER_PROCESS_NAME]
+            workers += named(actor.children(), (ENV_WORKER_PROCESS_NAME,))
         except psutil.Error:
             pass
     return {"actors": actors, "env_workers": workers}

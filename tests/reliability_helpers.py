@@ -29,7 +29,8 @@ import psutil
 from conftest import is_multiprocessing_service
 
 from alf_async.envs.latency import ENV_ID as LATENCY_ENV_ID
-from alf_async.utils.process import ENV_WORKER_PROCESS_NAME
+from alf_async.utils.process import (ACTOR_PROCESS_NAME, ENV_WORKER_PROCESS_NAME,
+                                     HOGWILD_WORKER_PROCESS_NAME)
 from alf_async.utils.shared_memory import block_owner_pid, list_blocks, shm_directory
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,16 +121,17 @@ def is_env_worker(proc: psutil.Process) -> bool:
 
 
 def _forked_children(proc: psutil.Process) -> List[psutil.Process]:
-    """The processes ``proc`` started through multiprocessing's forkserver (actors,
-    Hogwild workers): the children of its forkserver child."""
-    children = []
-    for server in proc.children():
+    """The actors and Hogwild workers ``proc`` started (through its forkserver,
+    or spawned): its descendants named so by the library, not its evaluator
+    or env probe."""
+    actors = []
+    for child in proc.children(recursive=True):
         try:
-            if "forkserver" in " ".join(server.cmdline()):
-                children += server.children()
+            if child.name() in (ACTOR_PROCESS_NAME, HOGWILD_WORKER_PROCESS_NAME):
+                actors.append(child)
         except psutil.Error:
             pass
-    return children
+    return actors
 
 
 def _gone(pid: int, create_time: float) -> bool:
@@ -213,7 +215,7 @@ class TrainRun:
             return {pid: t for pid, t in self.seen.items() if pid not in self.services}
 
     def actors(self) -> List[psutil.Process]:
-        """The actor processes: forked by the trainer's forkserver."""
+        """The actor (or Hogwild worker) processes of the run."""
         try:
             return _forked_children(psutil.Process(self.pid))
         except psutil.Error:

@@ -81,3 +81,39 @@ def test_env_workers_are_forked_only_by_a_single_threaded_process(tmp_path):
     assert names == "alf-env-worker,alf-env-worker"
     assert same_cmdline == "True"  # a forked worker keeps its parent's command line
     assert threaded == "spawn"
+
+
+def test_a_runs_children_show_their_roles_as_process_names(tmp_path):
+    """Actors, the evaluator and env workers are all forked from one server, with
+    one command line: their names tell them apart, so that what looks for "an
+    actor" (a fault test, bench/fault_injection.py) never takes the evaluator."""
+    from alf_async.utils.process import (ACTOR_PROCESS_NAME, ENV_WORKER_PROCESS_NAME,
+                                         EVALUATOR_PROCESS_NAME)
+    from reliability_helpers import SLOW_ENV_PARAM, TrainRun, small_params
+
+    def names():
+        found = []
+        for p in run.descendants():
+            try:
+                found.append(p.name())
+            except Exception:  # ended meanwhile
+                pass
+        return sorted(found)
+
+    def roles_up():
+        now = names()
+        return now if (now.count(ACTOR_PROCESS_NAME) == 2 and EVALUATOR_PROCESS_NAME in now
+                       and now.count(ENV_WORKER_PROCESS_NAME) == 2) else None
+
+    params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
+                          "Trainer.eval_interval_env_steps=128", "Trainer.eval_episodes=1",
+                          SLOW_ENV_PARAM, iterations=12)
+    with TrainRun(str(tmp_path / "run"), params) as run:
+        run.wait_for(roles_up, 120, "two actors, two env workers and the evaluator")
+        actors = run.actors()
+        assert len(actors) == 2
+        assert {p.name() for p in actors} == {ACTOR_PROCESS_NAME}
+        assert len(run.env_workers()) == 2
+        rc = run.wait(180)
+        run.assert_clean()
+    assert rc == 0, run.output()[-3000:]

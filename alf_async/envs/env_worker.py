@@ -18,8 +18,7 @@ from alf_async.envs.env_errors import EnvError
 from alf_async.envs.env_group import EnvGroup
 from alf_async.envs.gym_env import import_env_modules
 from alf_async.envs.worker_protocol import EnvCommand, decode_request, encode_reply
-from alf_async.utils.process import (ENV_WORKER_PROCESS_NAME, init_child_process,
-                                     set_process_name)
+from alf_async.utils.process import ENV_WORKER_PROCESS_NAME, init_child_process
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 
@@ -33,8 +32,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
     ("error", EnvError), both in the wire format of ``encode_request`` /
     ``encode_reply``.
     """
-    init_child_process(signal.SIGKILL, expected_parent=parent_pid)
-    set_process_name(ENV_WORKER_PROCESS_NAME)
+    init_child_process(signal.SIGKILL, expected_parent=parent_pid, name=ENV_WORKER_PROCESS_NAME)
     block = SharedArrays.attach(block_name, specs)
     group = None
     try:

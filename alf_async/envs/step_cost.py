@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from alf_async.envs.gym_env import EnvAdapter, import_env_modules, make_env, quiet_stdout
-from alf_async.utils.process import (init_child_process, start_child, stop_processes,
-                                     torch_child_context)
+from alf_async.utils.process import (ENV_PROBE_PROCESS_NAME, init_child_process, start_child,
+                                     stop_processes, torch_child_context)
 
 # Enough steps for a stable mean on a cheap env, few enough (a time budget) that
 # a slow simulator does not delay the start noticeably.
@@ -57,7 +57,7 @@ def env_step_seconds(env: EnvAdapter, seed: int = 0, max_steps: int = PROBE_STEP
 
 def _probe_main(conn, env_name: str, max_episode_steps: Optional[int], time_feature: bool,
                 seed: int, env_modules: Sequence[str], parent_pid: int) -> None:
-    init_child_process(expected_parent=parent_pid)
+    init_child_process(expected_parent=parent_pid, name=ENV_PROBE_PROCESS_NAME)
     seconds = None
     try:
         import_env_modules(env_modules)

@@ -232,9 +232,10 @@ def _serve(conn, worker: _Worker, parent_pid: int) -> None:
 
 def worker_process_main(launch: WorkerLaunch, conn) -> None:
     """Entry point of a Hogwild worker process."""
-    from alf_async.utils.process import init_child_process
+    from alf_async.utils.process import HOGWILD_WORKER_PROCESS_NAME, init_child_process
 
-    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid)
+    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid,
+                       name=HOGWILD_WORKER_PROCESS_NAME)
     signal.signal(signal.SIGTERM, _raise_system_exit)
     w, gen = launch.worker_id, launch.generation
     worker: Optional[_Worker] = None

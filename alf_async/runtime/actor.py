@@ -302,11 +302,12 @@ def build_policy_factory(pickled_factory: bytes, gin_config: str) -> PolicyFacto
 
 def actor_process_main(launch: ActorLaunch, conn) -> None:
     """Entry point of an actor process; see the module docstring for the loop."""
-    from alf_async.utils.process import init_child_process
+    from alf_async.utils.process import ACTOR_PROCESS_NAME, init_child_process
 
     # SIGTERM (from the trainer, or when the trainer dies) ends the loop through
     # the finally clauses, which stop env workers and release shared memory.
-    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid)
+    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid,
+                       name=ACTOR_PROCESS_NAME)
     signal.signal(signal.SIGTERM, _raise_system_exit)
     from alf_async.runtime.trajectory import TrajectorySlots
     from alf_async.runtime.weight_store import WeightStore

@@ -154,9 +154,10 @@ def _raise_system_exit(signum, frame):
 
 def evaluator_process_main(launch: EvaluatorLaunch, conn) -> None:
     """Entry point of the evaluator process: serve requests until told to stop."""
-    from alf_async.utils.process import init_child_process
+    from alf_async.utils.process import EVALUATOR_PROCESS_NAME, init_child_process
 
-    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid)
+    init_child_process(signal.SIGTERM, expected_parent=launch.parent_pid,
+                       name=EVALUATOR_PROCESS_NAME)
     signal.signal(signal.SIGTERM, _raise_system_exit)
     envs: List[Any] = []
     try:

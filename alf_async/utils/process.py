@@ -48,9 +48,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
-# The name env workers show in ps, top and psutil (a forked worker's command
-# line is its actor's).
+# The names the library's children show in ps, top and psutil's ``name()`` (a
+# forked child's command line is its parent's, so the name is what tells them
+# apart; at most 15 bytes on Linux).
 ENV_WORKER_PROCESS_NAME = "alf-env-worker"
+ACTOR_PROCESS_NAME = "alf-actor"
+HOGWILD_WORKER_PROCESS_NAME = "alf-hogwild"
+EVALUATOR_PROCESS_NAME = "alf-evaluator"
+ENV_PROBE_PROCESS_NAME = "alf-env-probe"
 
 # Imported once by the server the policy-running children are forked from
 # (gymnasium: every actor's envs, and the env workers forked from the actor).
@@ -83,8 +88,12 @@ def set_process_name(name: str) -> None:
 
 
 def init_child_process(death_signal: int = signal.SIGKILL,
-                       expected_parent: Optional[int] = None) -> None:
-    """Common set-up for every child process of alf_async."""
+                       expected_parent: Optional[int] = None,
+                       name: Optional[str] = None) -> None:
+    """Common set-up for every child process of alf_async; ``name`` (one of
+    the ``*_PROCESS_NAME`` above) is the process name it shows."""
+    if name is not None:
+        set_process_name(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A forked child inherits its parent's handler (an actor's raises
     # SystemExit); it starts from the default, like a spawned one.
