@@ -330,3 +330,27 @@ def test_hogwild_workers_train_the_conv_policy_on_frames(tmp_path):
     rows = _rows(root)
     assert rows[-1]["env_steps"] >= 4096
     assert all(r["episode_return"] is None or r["episode_return"] >= 0 for r in rows)
+
+
+def test_hogwild_sac_workers_train_on_frames_from_their_uint8_replay(tmp_path):
+    # Two Hogwild workers, each with its own uint8 replay buffer and conv
+    # encoders over the one set of shared networks: past learning_starts both
+    # take gradient steps, and the run's checkpoint plays as a SAC policy.
+    root = tmp_path / "run"
+    result = _train(["--gin_file=sac_image_dot_centering.gin", f"--root_dir={root}",
+                     "--gin_param=Trainer.runtime='hogwild'", "--gin_param=Trainer.num_actors=2",
+                     "--gin_param=Hogwild.mode='shared'",
+                     "--gin_param=Replay.learning_starts=256",
+                     "--gin_param=Trainer.num_env_steps=512",
+                     "--gin_param=MetricsRecorder.tensorboard=False"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = _rows(root)
+    assert rows[-1]["env_steps"] >= 512
+    trained = [r for r in rows if r.get("worker_gradient_steps")]
+    assert {r["actor_id"] for r in trained} == {0, 1}, rows[-2:]
+    assert all(np.isfinite(r["critic_loss"]) for r in trained)
+    from alf_async.playback.player import load_policy
+
+    policy, _, _ = load_policy(str(root), None)
+    action, _, _ = policy.act(np.zeros((2, 9, 9, 1), np.uint8))
+    assert action.shape == (2, 1) and np.all(np.abs(action) <= 1)
