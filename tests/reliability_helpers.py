@@ -120,7 +120,7 @@ def is_env_worker(proc: psutil.Process) -> bool:
         return False
 
 
-def _forked_children(proc: psutil.Process) -> List[psutil.Process]:
+def _actor_processes(proc: psutil.Process) -> List[psutil.Process]:
     """The actors and Hogwild workers ``proc`` started (through its forkserver,
     or spawned): its descendants named so by the library, not its evaluator
     or env probe."""
@@ -217,7 +217,7 @@ class TrainRun:
     def actors(self) -> List[psutil.Process]:
         """The actor (or Hogwild worker) processes of the run."""
         try:
-            return _forked_children(psutil.Process(self.pid))
+            return _actor_processes(psutil.Process(self.pid))
         except psutil.Error:
             return []
 
