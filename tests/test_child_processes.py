@@ -87,6 +87,8 @@ def test_a_runs_children_show_their_roles_as_process_names(tmp_path):
     """Actors, the evaluator and env workers are all forked from one server, with
     one command line: their names tell them apart, so that what looks for "an
     actor" (a fault test, bench/fault_injection.py) never takes the evaluator."""
+    import psutil
+
     from alf_async.utils.process import (ACTOR_PROCESS_NAME, ENV_WORKER_PROCESS_NAME,
                                          EVALUATOR_PROCESS_NAME)
     from reliability_helpers import SLOW_ENV_PARAM, TrainRun, small_params
@@ -96,7 +98,7 @@ def test_a_runs_children_show_their_roles_as_process_names(tmp_path):
         for p in run.descendants():
             try:
                 found.append(p.name())
-            except Exception:  # ended meanwhile
+            except psutil.Error:  # ended meanwhile
                 pass
         return sorted(found)
 
