@@ -43,7 +43,7 @@ import time
 from typing import Any, Dict, List
 
 
-from bench import benchlib
+from bench import benchlib, raw_env
 
 logger = logging.getLogger("bench")
 
@@ -88,7 +88,7 @@ def measure_one_w(args: argparse.Namespace, num_workers: int) -> Dict[str, Any]:
         buffer = allocate_trajectory(args.unroll_length, args.num_envs,
                                      env.observation_dim, env.action_dim)
         # Untimed: first touches of the buffer and torch's first calls.
-        benchlib.raw_env_steps_per_s(env, 1, args.warmup_steps, args.seed)
+        raw_env.raw_env_steps_per_s(env, 1, args.warmup_steps, args.seed)
         actor.unroll(buffer)
         raw, policy, inference_frac = [], [], []
         raw_episodes = policy_episodes = 0
@@ -96,7 +96,7 @@ def measure_one_w(args: argparse.Namespace, num_workers: int) -> Dict[str, Any]:
             # The raw steps move the envs on without updating the actor's current
             # observation; the next unroll's first action is then taken on a stale
             # observation, which changes nothing about the timing.
-            m = benchlib.raw_env_steps_per_s(env, args.unroll_length, 0, args.seed + r)
+            m = raw_env.raw_env_steps_per_s(env, args.unroll_length, 0, args.seed + r)
             raw.append(m["steps_per_s"])
             raw_episodes += m["episodes"]
             info = actor.unroll(buffer)

@@ -2,7 +2,7 @@
 Factory, back to back, with the machine's raw limit measured in the same run.
 
 In one sitting: the raw two-process limit (16 envs stepped by 2 processes at
-once, random actions, no policy: ``benchlib.measure_raw_env_processes``), then
+once, random actions, no policy: ``raw_env.measure_raw_env_processes``), then
 alf_async's shipped sync config (``ppo_bullet_half_cheetah.gin``, "auto" env
 workers and splits) and Sample Factory's sync mode, alf_async's async config
 (``async_ppo_bullet_half_cheetah.gin``, N = 2) and Sample Factory's async mode
@@ -38,7 +38,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib
+from bench import benchlib, raw_env
 
 logger = logging.getLogger("bench")
 SF_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sf_ppo.py")
@@ -89,7 +89,7 @@ def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def measure_limit(args: argparse.Namespace) -> float:
-    return benchlib.measure_raw_env_processes(ENV, 16, 2, args.limit_steps, seed=1)["steps_per_s"]
+    return raw_env.measure_raw_env_processes(ENV, 16, 2, args.limit_steps, seed=1)["steps_per_s"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

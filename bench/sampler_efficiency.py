@@ -6,7 +6,7 @@ Two modes, for each W (env-worker processes per actor) and S (env splits):
 the config (its BatchedEnv with W env workers and S splits, the config's policy
 with a fresh learner's weights and normalizer statistics: the code an actor
 process runs) unrolls ``--unroll_length`` steps, then persistent raw stepping
-processes (``benchlib.RawSteppers``: the same K envs over max(W, 1) processes,
+processes (``raw_env.RawSteppers``: the same K envs over max(W, 1) processes,
 random actions, no policy, no communication) step as many, ``--cycles`` times
 in turn; limit_fraction = the actor's env steps/s over the limit's (target >=
 0.85: a result's "pass"). Interleaving chunk by chunk sets both against the
@@ -83,7 +83,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from alf_async.utils.process import usable_cores
-from bench import benchlib
+from bench import benchlib, raw_env
 
 logger = logging.getLogger("bench")
 TARGET = 0.85
@@ -164,7 +164,7 @@ def run_interleaved(args: argparse.Namespace, env_name: str, w: int, splits: int
         actor.load_weights(1, learner.weight_arrays())
         out = allocate_trajectory(T, K, observation, action_spec.dim,
                                   state_size=actor.state_size)
-        raw = benchlib.RawSteppers(env_name, K, max(w, 1), seed=1)
+        raw = raw_env.RawSteppers(env_name, K, max(w, 1), seed=1)
         actor.unroll(out)  # warm-up: first steps, first calls
         raw.step(8)
         actor_s = raw_s = 0.0
@@ -209,7 +209,7 @@ def run_one(args: argparse.Namespace, env_name: str, w: int, splits: int,
               f"PPOLearner.num_epochs={args.num_epochs}",
               f"PPOLearner.mini_batch_size={min(4096, K * T)}"] + args.gin_param
     def measure_limit() -> float:
-        return benchlib.measure_raw_env_processes(env_name, K, max(w, 1),
+        return raw_env.measure_raw_env_processes(env_name, K, max(w, 1),
                                                   args.raw_unrolls * T, seed=1)["steps_per_s"]
 
     # The VM's speed drifts by 10-30% within minutes: the limit is measured
@@ -222,7 +222,7 @@ def run_one(args: argparse.Namespace, env_name: str, w: int, splits: int,
     steps = K * T
     actor_rate = steps / summary["U"]
     e2e_rate = steps / (summary["T"] - summary["L"])
-    raw = benchlib.measure_raw_env(env_name, K, w, args.raw_unrolls * T, seed=1)
+    raw = raw_env.measure_raw_env(env_name, K, w, args.raw_unrolls * T, seed=1)
     efficiency = actor_rate / raw["steps_per_s"]
     machine_fraction = actor_rate / (cores * raw_one_process)
     logger.info("W=%d S=%d: actor %.0f steps/s, end-to-end %.0f, raw %.0f -> efficiency "
@@ -253,7 +253,7 @@ def main(argv: List[str] = None) -> int:
     args = parse_args(argv)
     env_name = env_name_of(args)
     cores = usable_cores()
-    raw_one = benchlib.measure_raw_env(env_name, args.num_envs, 0,
+    raw_one = raw_env.measure_raw_env(env_name, args.num_envs, 0,
                                        args.raw_unrolls * args.unroll_length, seed=1)
     logger.info("raw, one process, K=%d: %.0f steps/s; %d cores", args.num_envs,
                 raw_one["steps_per_s"], cores)
