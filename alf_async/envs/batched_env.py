@@ -25,7 +25,6 @@ Shapes: K = num_envs, O = the observation's shape (``observation_spec``), A = ac
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,11 +32,11 @@ import numpy as np
 
 from alf_async.envs.env_errors import EnvError, _WorkerLost
 from alf_async.envs.env_group import EnvGroup
-from alf_async.envs.env_worker import _Worker, _worker_main
+from alf_async.envs.env_worker import _Worker, stop_workers
 from alf_async.envs.gym_env import env_spec, import_env_modules
-from alf_async.envs.worker_protocol import EnvCommand, batch_specs, decode_reply, encode_request
+from alf_async.envs.worker_protocol import EnvCommand, batch_specs, encode_request
+from alf_async.utils.process import stop_processes
 from alf_async.utils.shared_memory import SharedArrays
-from alf_async.utils.process import describe_exit, env_worker_context
 from alf_async.utils.seeding import derive_seed
 
 
@@ -65,6 +64,28 @@ class StepResult:
     env_failed: np.ndarray
 
 
+def split_groups(num_envs: int, num_workers: int, num_splits: int
+                 ) -> Tuple[List[slice], List[Tuple[Tuple[int, ...], int]]]:
+    """The groups a caller steps one at a time, as strided slices of the K envs
+    (views, not copies, of [K, ...] arrays), and per group (the positions of
+    the workers that step it, its split). Split s is s::S for W = 0 or S = 1
+    (every worker's envs, or no worker); with W >= 1 and S >= 2 the group of
+    worker w in split s is the envs k of w's contiguous range with k % S == s
+    (W x S groups, split-major)."""
+    splits: List[slice] = []
+    groups: List[Tuple[Tuple[int, ...], int]] = []
+    ranges = np.array_split(np.arange(num_envs), max(num_workers, 1))
+    for split in range(num_splits):
+        if num_workers == 0 or num_splits == 1:
+            splits.append(slice(split, None, num_splits))
+            groups.append((tuple(range(num_workers)), split))
+            continue
+        for position, envs in enumerate(ranges):
+            first, end = int(envs[0]), int(envs[-1]) + 1
+            splits.append(slice(first + (split - first) % num_splits, end, num_splits))
+            groups.append(((position,), split))
+    return splits, groups
+
 
 class BatchedEnv:
     """K envs of one id behind one batched step.
@@ -86,14 +107,11 @@ class BatchedEnv:
             envs (modules that register the env id, e.g. a gin config's imports).
         num_splits: S >= 1: split s holds the envs k with k % S == s, so every
             worker holds envs of every split (each worker needs at least S
-            envs). The caller steps the envs group by group (``splits``,
-            ``step_send`` / ``step_receive``): with W = 0 or S = 1 a group is
-            a split; with W >= 1 and S >= 2 a group is the envs of one worker
-            in one split (W x S groups, split-major), so that the caller
-            computes the next actions of a group as soon as its worker answers,
-            while that worker steps its other split and the other workers step
-            theirs: no worker waits for another (double-buffered sampling).
-            ``step`` steps every env at once.
+            envs). The caller steps the envs group by group (``splits``, laid
+            out by ``split_groups``; ``step_send`` / ``step_receive``) and
+            computes a group's next actions as soon as its worker answers,
+            while the workers step their other groups: no worker waits for
+            another (double-buffered sampling). ``step`` steps every env at once.
         wait_for_workers: return only once every env worker has built its envs
             (True), or at once, leaving that wait to ``wait_for_workers()`` or
             the first command, so that the caller can do its own start-up work
@@ -116,23 +134,8 @@ class BatchedEnv:
                 f"num_splits={num_splits} needs at least that many envs per env worker "
                 f"(num_envs={num_envs}, num_workers={num_workers})")
         self.num_splits = num_splits
-        # The groups the caller steps one at a time (strided slices: views, not
-        # copies, of [K, ...] arrays) and, per group, (the positions of the
-        # workers that step it, split): split s is s::S for W = 0 or S = 1
-        # (every worker, or none); with W >= 1 and S >= 2 the group of worker
-        # w in split s is the envs of w's contiguous range with k % S == s.
-        self.splits: List[slice] = []
-        self._groups: List[Tuple[Tuple[int, ...], int]] = []
+        self.splits, self._groups = split_groups(num_envs, num_workers, num_splits)
         ranges = np.array_split(np.arange(num_envs), max(num_workers, 1))
-        for split in range(num_splits):
-            if num_workers == 0 or num_splits == 1:
-                self.splits.append(slice(split, None, num_splits))
-                self._groups.append((tuple(range(num_workers)), split))
-                continue
-            for position, envs in enumerate(ranges):
-                first, end = int(envs[0]), int(envs[-1]) + 1
-                self.splits.append(slice(first + (split - first) % num_splits, end, num_splits))
-                self._groups.append(((position,), split))
         self._in_flight: Dict[int, bool] = {}  # groups sent and not yet received
         self._starting = False  # workers started, their envs not yet confirmed built
         self._group_failures: Dict[int, List[Tuple[int, str]]] = {}  # W = 0
@@ -189,18 +192,9 @@ class BatchedEnv:
 
     # -- workers --------------------------------------------------------------
     def _start_worker(self, indices: List[int], seed: int) -> _Worker:
-        import os
-
-        ctx = env_worker_context()
-        parent_conn, child_conn = ctx.Pipe()
-        proc = ctx.Process(
-            target=_worker_main, daemon=True, name="alf_async-env-worker",
-            args=(child_conn, self._block.name, self._specs, self.env_name, indices, seed,
-                  self._max_episode_steps_override, self.time_feature, self.fatal_env_errors,
-                  os.getpid(), self.env_modules))
-        proc.start()
-        child_conn.close()
-        return _Worker(proc, parent_conn, indices, seed)
+        return _Worker.start(self._block, self._specs, self.env_name, indices, seed,
+                             self._max_episode_steps_override, self.time_feature,
+                             self.fatal_env_errors, self.env_modules)
 
     @property
     def worker_pids(self) -> List[int]:
@@ -208,26 +202,7 @@ class BatchedEnv:
 
     def _receive(self, worker: _Worker) -> List[Tuple[int, str]]:
         """The reply of ``worker``; raises EnvError if it died, hung or failed."""
-        proc, conn, indices = worker.process, worker.conn, worker.indices
-        deadline = time.monotonic() + self.worker_timeout_s
-        where = f"env-worker process {proc.pid} (envs {indices[0]}..{indices[-1]})"
-        while not worker.readable(0.2):
-            if not proc.is_alive():
-                raise _WorkerLost(self.env_name, None,
-                                  f"{where} died with {describe_exit(proc.exitcode)}")
-            if time.monotonic() > deadline:
-                raise _WorkerLost(self.env_name, None,
-                                  f"{where} gave no answer in {self.worker_timeout_s:.0f} s")
-        try:
-            status, payload = decode_reply(conn.recv_bytes())
-        except (EOFError, ConnectionResetError, OSError):
-            proc.join(1.0)
-            raise _WorkerLost(self.env_name, None,
-                              f"{where} closed its pipe ({describe_exit(proc.exitcode)})"
-                              ) from None
-        if status == "error":
-            raise payload
-        return payload
+        return worker.receive(self.env_name, self.worker_timeout_s)
 
     def _replace_worker(self, position: int, error: EnvError, split: Optional[int] = None,
                         other_splits: Sequence[int] = ()) -> List[Tuple[int, str]]:
@@ -240,8 +215,6 @@ class BatchedEnv:
         the next step_send, so the caller holds their old observations) at
         their next step.
         """
-        from alf_async.utils.process import stop_processes
-
         old = self._workers[position]
         stop_processes([old.process], grace_s=0.5)
         old.conn.close()
@@ -425,17 +398,7 @@ class BatchedEnv:
         if self._group is not None:
             self._group.close()
             self._group = None
-        for worker in self._workers:
-            try:
-                worker.conn.send_bytes(encode_request(EnvCommand.CLOSE))
-            except (BrokenPipeError, OSError):
-                pass
-        if self._workers:
-            from alf_async.utils.process import stop_processes
-
-            stop_processes([w.process for w in self._workers], grace_s=3.0)
-            for worker in self._workers:
-                worker.conn.close()
+        stop_workers(self._workers, grace_s=3.0)
         self._workers = []
         if self._block is not None:
             self._block.close()
