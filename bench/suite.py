@@ -19,14 +19,17 @@ The report, per env (a markdown table on stderr; ``--table`` only reads
 eval return at 1M and at 2M env steps (mean and [min - max] over seeds), the
 env steps and the wall time to an eval return of 1000, of 2000 and of the
 zoo's score (and to 90% of it), as medians over the seeds that got there
-("k/n" says how many did), and env steps/s. ``--plot_dir`` also draws eval
-return against env steps and against wall time, one figure per env.
+("k/n" says how many did), and env steps/s; then, per env and per seed run in
+both modes, async's env steps and time to each threshold over sync's (the lag
+targets are stated per seed). ``--plot_dir`` also draws eval return against env
+steps and against wall time, one figure per env.
 
 The zoo's numbers (DLR-RM/rl-baselines3-zoo, benchmark.md, PPO, 2M env steps,
 deterministic evaluation): ZOO_PPO_SCORES below.
 
 Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
-{...}}}}.
+{...}}}, "seed_ratios": {env: {seed: {threshold: [steps ratio, time ratio] or
+"async only" / "sync only" / null}}}}.
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
@@ -43,7 +46,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from bench import benchlib
 
@@ -244,6 +247,60 @@ def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
     return "\n".join(out)
 
 
+def seed_ratios(results: Sequence[Dict[str, Any]]
+                ) -> Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]]:
+    """env -> seed -> threshold name -> (async / sync env steps, async / sync
+    training seconds) to that threshold, for the seeds run in both modes;
+    "async only" or "sync only" where one run never reached it, None where
+    neither did. The lag targets (async within 1.15x sync's steps, no seed
+    above 1.3x) are read per seed from this."""
+    ratios: Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]] = {}
+    for env in ZOO_PPO_SCORES:
+        by_mode = {(r["mode"], r["seed"]): r for r in results if r["env"] == env}
+        for seed in sorted({seed for mode, seed in by_mode}):
+            if ("sync", seed) not in by_mode or ("async", seed) not in by_mode:
+                continue
+            sync, async_ = by_mode[("sync", seed)], by_mode[("async", seed)]
+            cells: Dict[str, Union[None, str, tuple]] = {}
+            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
+                s = first_at_or_above(sync["evaluations"], score)
+                a = first_at_or_above(async_["evaluations"], score)
+                if s is None or a is None:
+                    cells[name] = (None if s is None and a is None
+                                   else "async only" if s is None else "sync only")
+                else:
+                    cells[name] = (a[0] / s[0], a[1] / s[1])
+            ratios.setdefault(env, {})[seed] = cells
+    return ratios
+
+
+def _seed_cell(cell: Union[None, str, tuple]) -> str:
+    if cell is None or isinstance(cell, str):
+        return cell or "-"
+    return f"{cell[0]:.2f} steps, {cell[1]:.2f} time"
+
+
+def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
+    """Markdown: per env, one row per seed run in both modes, async / sync
+    env steps and time to each threshold."""
+    out = []
+    for env, seeds in seed_ratios(results).items():
+        env_id, zoo = ZOO_PPO_SCORES[env]
+        names = [name for name, _ in threshold_scores(zoo)]
+        labels = [str(t) for t in FIXED_THRESHOLDS] + [f"{zoo:.0f} (zoo)", f"{0.9 * zoo:.0f} (90%)"]
+        out += [f"### {env_id}: async / sync per seed", "",
+                "| seed | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        for seed, cells in seeds.items():
+            out.append(f"| {seed} | " + " | ".join(
+                _seed_cell(cells[n]) for n in names) + " |")
+        out.append("")
+    if out:
+        out.append("Per seed: env steps and training time to the first evaluation at or above "
+                   "each return, async's over sync's; \"async only\" / \"sync only\": the "
+                   "other run never got there; -: neither did.")
+    return "\n".join(out)
+
+
 def plot(results: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
     """suite_<env>.png: eval return against env steps and against wall time."""
     import matplotlib
@@ -302,9 +359,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = benchlib.read_jsonl(args.results)
     summary = summarize(results)
     print(markdown_tables(summary), file=sys.stderr)
+    print(seed_ratio_tables(results), file=sys.stderr)
     figures = plot(results, args.plot_dir) if args.plot_dir else []
+    ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
+              for env, seeds in seed_ratios(results).items()}
     benchlib.emit({"bench": "suite", "results": os.path.abspath(args.results),
-                   "envs": summary, "figures": figures, **benchlib.machine_info()})
+                   "envs": summary, "seed_ratios": ratios, "figures": figures,
+                   **benchlib.machine_info()})
     return 0
 
 

@@ -1,0 +1,34 @@
+"""bench/suite.py's report: the per-seed async / sync ratios that issue 24's lag
+targets are read from (no training: made-up evaluation curves)."""
+
+from bench import suite
+
+
+def _run(mode: str, seed: int, curve):
+    """A finished run's result as bench/suite.py writes it: evaluations
+    [env steps, training seconds, eval return]."""
+    return {"env": "half_cheetah", "mode": mode, "seed": seed, "evaluations": curve}
+
+
+def test_per_seed_ratios_compare_each_seeds_async_run_with_its_own_sync_run():
+    results = [
+        _run("sync", 0, [[100_000, 100.0, 500.0], [200_000, 200.0, 1200.0],
+                         [300_000, 300.0, 2100.0]]),
+        _run("async", 0, [[100_000, 50.0, 1100.0], [200_000, 100.0, 1600.0],
+                          [400_000, 200.0, 2700.0]]),
+        _run("sync", 1, [[100_000, 80.0, 1000.0], [200_000, 160.0, 3000.0]]),
+        _run("async", 1, [[300_000, 120.0, 1000.0]]),
+        _run("async", 2, [[100_000, 40.0, 3000.0]]),  # no sync twin: no row
+    ]
+    ratios = suite.seed_ratios(results)
+    assert sorted(ratios) == ["half_cheetah"] and sorted(ratios["half_cheetah"]) == [0, 1]
+    seed0, seed1 = ratios["half_cheetah"][0], ratios["half_cheetah"][1]
+    assert seed0["1000"] == (0.5, 0.25)  # first hits: 100k / 200k env steps, 50 / 200 s
+    assert seed0["2000"] == (400_000 / 300_000, 200.0 / 300.0)
+    assert seed0["2500"] == "async only" and seed0["zoo"] is None
+    assert seed1["1000"] == (3.0, 1.5)
+    assert seed1["2000"] == "sync only"
+    table = suite.seed_ratio_tables(results)
+    assert "| 0 | 0.50 steps, 0.25 time |" in table
+    assert "| 1 | 3.00 steps, 1.50 time |" in table
+    assert "sync only" in table and "async only" in table
