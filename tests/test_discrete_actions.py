@@ -15,7 +15,7 @@ from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.envs.gym_env import env_spec, make_env
 from alf_async.envs.spaces import ActionSpec, UnsupportedSpaceError, action_spec
-from alf_async.networks.actor_critic import CategoricalDistribution
+from alf_async.networks.distributions import CategoricalDistribution
 from alf_async.utils.validation import ConfigError
 
 

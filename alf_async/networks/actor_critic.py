@@ -5,14 +5,14 @@ action space (``envs.spaces.ActionSpec``):
 
 - continuous: a linear layer giving the mean of a diagonal Normal whose log
   standard deviation is a learned parameter independent of the state (initial
-  std ``initial_std``); the mean layer's weights start small (``mean_init_scale``)
-  so that the first policy acts near zero;
+  std ``initial_std``), or, with ``exploration="state_dependent"``, whose
+  scale depends on the state (gSDE, ``distributions.StateDependentNormal``);
+  the mean layer's weights start small (``mean_init_scale``) so that the first
+  policy acts near zero;
 - discrete / multi-discrete: a linear layer giving the logits of one Categorical
   per action dimension (sum(nvec) logits), started small likewise (near-uniform).
 
-Both return an ``ActionDistribution``: ``log_prob(action)`` and ``entropy()``
-summed over action dimensions ([B]), ``sample(generator)`` and ``mode()`` as
-stored action rows [B, dim] (float32; choice indices for discrete spaces).
+Both return an ``ActionDistribution`` (``networks.distributions``).
 
 Value: an MLP of ``hidden_sizes`` with ``activation`` and a scalar head.
 
@@ -34,6 +34,8 @@ import torch.nn as nn
 
 from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
+from alf_async.networks.distributions import (ActionDistribution, CategoricalDistribution,
+                                              NormalDistribution, StateDependentNormal)
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.networks.recurrent import RNN_KINDS, RecurrentCore
 from alf_async.utils.validation import check
@@ -69,57 +71,15 @@ def mlp(input_dim: int, hidden_sizes: Sequence[int], activation: str,
     return nn.Sequential(*layers), size
 
 
-class NormalDistribution:
-    """A diagonal Normal over A continuous action dimensions (loc, scale [B, A])."""
-
-    def __init__(self, loc: torch.Tensor, scale: torch.Tensor):
-        self.normal = torch.distributions.Normal(loc, scale)
-
-    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
-        """action [B, A] -> log-density [B] (summed over dimensions)."""
-        return self.normal.log_prob(action).sum(-1)
-
-    def entropy(self) -> torch.Tensor:
-        return self.normal.entropy().sum(-1)
-
-    def sample(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        return torch.normal(self.normal.loc, self.normal.scale, generator=generator)
-
-    def mode(self) -> torch.Tensor:
-        return self.normal.loc
-
-
-class CategoricalDistribution:
-    """Independent Categoricals, one per action dimension (logits [B, sum(nvec)])."""
-
-    def __init__(self, logits: torch.Tensor, nvec: Sequence[int]):
-        self.log_probs = [torch.log_softmax(part, dim=-1)
-                          for part in torch.split(logits, list(nvec), dim=-1)]
-
-    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
-        """action [B, D] (choice indices as floats) -> log-probability [B]."""
-        index = action.long()
-        return sum(lp.gather(-1, index[:, d:d + 1]).squeeze(-1)
-                   for d, lp in enumerate(self.log_probs))
-
-    def entropy(self) -> torch.Tensor:
-        return sum(-(lp.exp() * lp).sum(-1) for lp in self.log_probs)
-
-    def sample(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        return torch.stack([torch.multinomial(lp.exp(), 1, generator=generator).squeeze(-1)
-                            for lp in self.log_probs], dim=-1).float()
-
-    def mode(self) -> torch.Tensor:
-        return torch.stack([lp.argmax(-1) for lp in self.log_probs], dim=-1).float()
-
-
-ActionDistribution = Union[NormalDistribution, CategoricalDistribution]
+EXPLORATIONS = ("gaussian", "state_dependent")
 
 
 @gin.configurable
 class ActorNetwork(nn.Module):
-    """Policy network: a diagonal Normal with a state-independent learned log-std
-    for continuous actions, Categoricals for discrete ones.
+    """Policy network: a diagonal Normal (continuous) or Categoricals (discrete).
+
+    The Normal's scale is a learned log-std independent of the state
+    ("gaussian") or gSDE's state-dependent one ("state_dependent").
 
     Args:
         observation_dim: O.
@@ -127,45 +87,70 @@ class ActorNetwork(nn.Module):
             dimensions).
         hidden_sizes: sizes of the hidden layers.
         activation: one of tanh, relu, elu, silu.
-        initial_std: standard deviation of the initial policy (continuous).
+        hidden_init: "orthogonal" or "torch_default" (see ``mlp``).
+        initial_std: standard deviation of the initial policy ("gaussian").
         mean_init_scale: the output layer's orthogonal init gain (small: the first
             policy acts near zero, or near uniformly for discrete actions).
-        min_log_std, max_log_std: bounds applied to the log-std (continuous).
+        min_log_std, max_log_std: bounds applied to the learned log-stds
+            (continuous; for "state_dependent", those of the noise matrix).
+        exploration: continuous actions: "gaussian" (the default) or
+            "state_dependent" (gSDE: the noise is the last hidden features
+            [B, F] times a noise matrix W [F, A] with learned entry stds,
+            ``distributions.StateDependentNormal``).
+        sde_initial_log_std: "state_dependent": the initial log-std of W's
+            entries (the rl-baselines3-zoo's PyBullet PPO: -2, or -1 for Ant).
+        sde_sample_interval: "state_dependent": an actor keeps each env's W
+            for this many steps before drawing a new one (the zoo's
+            ``sde_sample_freq``: 4); 1 draws one every step.
     """
 
     def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
                  hidden_sizes: Sequence[int] = (32, 32, 32), activation: str = "tanh",
-                 initial_std: float = 1.0, mean_init_scale: float = 0.01,
-                 min_log_std: float = -5.0, max_log_std: float = 2.0):
+                 hidden_init: str = "orthogonal", initial_std: float = 1.0,
+                 mean_init_scale: float = 0.01, min_log_std: float = -5.0,
+                 max_log_std: float = 2.0, exploration: str = "gaussian",
+                 sde_initial_log_std: float = -2.0, sde_sample_interval: int = 4):
         super().__init__()
         if initial_std <= 0:
             raise ValueError(f"initial_std must be > 0, got {initial_std}")
+        check("ActorNetwork", "exploration", exploration, "choice", choices=EXPLORATIONS)
+        check("ActorNetwork", "sde_sample_interval", sde_sample_interval, "int", low=1)
         self.action_spec = spec = as_action_spec(action_spec)
-        self.body, size = mlp(observation_dim, hidden_sizes, activation)
+        self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
         outputs = sum(spec.nvec) if spec.discrete else spec.dim
         # ``mean`` (the name checkpoints know) holds the logits for discrete actions.
         self.mean = nn.Linear(size, outputs)
         nn.init.orthogonal_(self.mean.weight, gain=mean_init_scale)
         nn.init.zeros_(self.mean.bias)
-        if not spec.discrete:
+        self.state_dependent = exploration == "state_dependent" and not spec.discrete
+        self.sde_sample_interval = int(sde_sample_interval)
+        if self.state_dependent:
+            self.sde_log_std = nn.Parameter(torch.full((size, spec.dim),
+                                                       float(sde_initial_log_std)))
+        elif not spec.discrete:
             self.log_std = nn.Parameter(torch.full((spec.dim,), math.log(initial_std)))
         self.min_log_std = min_log_std
         self.max_log_std = max_log_std
 
     def forward(self, observation: torch.Tensor) -> ActionDistribution:
         """observation [B, O] (normalized) -> the action distribution."""
-        out = self.mean(self.body(observation))
+        features = self.body(observation)
+        out = self.mean(features)
         if self.action_spec.discrete:
             return CategoricalDistribution(out, self.action_spec.nvec)
+        if self.state_dependent:
+            matrix_std = self.sde_log_std.clamp(self.min_log_std, self.max_log_std).exp()
+            return StateDependentNormal(out, features.detach(), matrix_std)
         log_std = self.log_std.clamp(self.min_log_std, self.max_log_std)
         return NormalDistribution(out, log_std.exp().expand_as(out))
 
     def action_std(self) -> Optional[float]:
-        """Mean standard deviation of a continuous policy (None for discrete)."""
+        """Mean standard deviation of a continuous policy ("state_dependent":
+        the mean std of the noise matrix's entries; None for discrete)."""
         if self.action_spec.discrete:
             return None
-        return float(self.log_std.detach().clamp(self.min_log_std, self.max_log_std)
-                     .exp().mean())
+        log_std = self.sde_log_std if self.state_dependent else self.log_std
+        return float(log_std.detach().clamp(self.min_log_std, self.max_log_std).exp().mean())
 
 
 @gin.configurable
@@ -176,12 +161,13 @@ class ValueNetwork(nn.Module):
         observation_dim: O.
         hidden_sizes: sizes of the hidden layers.
         activation: one of tanh, relu, elu, silu.
+        hidden_init: "orthogonal" or "torch_default" (see ``mlp``).
     """
 
     def __init__(self, observation_dim: int, hidden_sizes: Sequence[int] = (32, 32, 32),
-                 activation: str = "tanh"):
+                 activation: str = "tanh", hidden_init: str = "orthogonal"):
         super().__init__()
-        self.body, size = mlp(observation_dim, hidden_sizes, activation)
+        self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
         self.head = nn.Linear(size, 1)
         nn.init.orthogonal_(self.head.weight, gain=1.0)
         nn.init.zeros_(self.head.bias)
@@ -362,20 +348,28 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def act(self, observation: torch.Tensor, generator: torch.Generator = None,
-            deterministic: bool = False, state: Optional[torch.Tensor] = None):
+            deterministic: bool = False, state: Optional[torch.Tensor] = None,
+            sde_draws: Optional[torch.Tensor] = None):
         """Sample actions for (normalized) observations [K, *O].
 
         Returns (action [K, A] stored rows, log_prob [K], value [K]); with
         ``deterministic`` the action is the distribution's mode (the mean of a
         Normal, the most likely choice of a Categorical). A recurrent network
         takes the envs' ``state`` [K, S] and returns the next state [K, S] as a
-        fourth element.
+        fourth element. ``sde_draws`` [K, F, A] (state-dependent exploration
+        only): the standard-normal draws of each env's noise matrix, kept by
+        the caller across steps; None draws new ones.
         """
         if state is None:
             dist, value = self.evaluate(observation)
         else:
             dist, value, state = self.step(observation, state)
-        action = dist.mode() if deterministic else dist.sample(generator)
+        if deterministic:
+            action = dist.mode()
+        elif sde_draws is not None and isinstance(dist, StateDependentNormal):
+            action = dist.sample_with(sde_draws)
+        else:
+            action = dist.sample(generator)
         if state is None:
             return action, dist.log_prob(action), value
         return action, dist.log_prob(action), value, state

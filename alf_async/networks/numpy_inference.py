@@ -18,8 +18,9 @@ formulas, in float32. Results agree with the torch model to float32 rounding
 checks that against the model for every activation and action kind.
 
 Only what it knows how to copy exactly is copied: ``NumpyActorCritic.of``
-returns None for image observations (conv encoders), recurrent cores, or any
-layer type it does not know, and the caller then uses the torch model.
+returns None for image observations (conv encoders), recurrent cores,
+state-dependent exploration, or any layer type it does not know, and the
+caller then uses the torch model.
 
 Shapes: B = batch, O = observation_dim, A = stored action width.
 """
@@ -113,7 +114,8 @@ class NumpyActorCritic:
     def of(cls, model: ActorCritic) -> Optional["NumpyActorCritic"]:
         """A snapshot of ``model``, or None where only torch can run it (image
         observations, a recurrent core, an unknown layer)."""
-        if model.observation_spec.is_image or model.rnn is not None:
+        if (model.observation_spec.is_image or model.rnn is not None
+                or model.actor.state_dependent):
             return None
         actor, value = model.actor, model.value
         actor_layers = _layers(list(actor.body) + [actor.mean])

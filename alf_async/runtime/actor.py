@@ -31,7 +31,7 @@ from alf_async.config import gin_imports
 from alf_async.envs.batched_env import BatchedEnv
 from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
-from alf_async.runtime.policy import PolicyFactory, policy_state_size
+from alf_async.runtime.policy import PolicyFactory, explores_per_env, policy_state_size
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import ArraySpec
@@ -136,6 +136,9 @@ class Actor:
         next_obs = out.get("next_observation")
         state = self._state  # [K, S], updated split by split
         recurrent = self.state_size > 0
+        # the envs' indices, for a policy that keeps exploration noise per env
+        env_ids = ([{"env_ids": np.arange(self.settings.num_envs)[envs]} for envs in env.splits]
+                   if explores_per_env(policy) else [{}] * len(env.splits))
         if recurrent:
             out["initial_state"][:] = state
             out["episode_start"][0] = self._episode_start
@@ -145,9 +148,10 @@ class Actor:
             t0 = time.perf_counter()
             split_obs = np.ascontiguousarray(obs[envs])
             if recurrent:
-                action, log_prob, value, state[envs] = policy.act(split_obs, state[envs])
+                action, log_prob, value, state[envs] = policy.act(split_obs, state[envs],
+                                                                  **env_ids[split])
             else:
-                action, log_prob, value = policy.act(split_obs)
+                action, log_prob, value = policy.act(split_obs, **env_ids[split])
             out["observation"][t, envs] = split_obs
             out["action"][t, envs] = action
             out["log_prob"][t, envs] = log_prob

@@ -11,6 +11,10 @@ runtime's tests).
 A recurrent policy has ``state_size`` S > 0 and takes each env's state: the
 actor calls ``act(obs, state)`` -> (action, log_prob, value, next state [K, S])
 and ``value(obs, state)``, and keeps the states (``runtime.actor``).
+
+A policy whose exploration noise is kept per env across steps (gSDE) says
+``per_env_exploration = True``: the actor then also passes ``env_ids`` [K],
+the indices in its batched env of the envs it acts for.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ def policy_state_size(policy: object) -> int:
     """S of a policy: its recurrent state's floats per env (0: feed-forward,
     also for policies that do not say)."""
     return int(getattr(policy, "state_size", 0))
+
+
+def explores_per_env(policy: object) -> bool:
+    """Whether ``policy.act`` takes the envs' indices (``env_ids``) because it
+    keeps exploration noise per env (False for policies that do not say)."""
+    return bool(getattr(policy, "per_env_exploration", False))
 
 
 def start_states(policy: object, batch: int) -> Optional[np.ndarray]:
