@@ -76,10 +76,12 @@ def test_a_bad_exploration_setting_is_refused_by_name():
         ActorNetwork(5, 2, exploration="state_dependent", sde_sample_interval=0)
 
 
-def test_each_env_keeps_its_noise_matrix_for_the_sample_interval(gsde):
+@pytest.mark.parametrize("numpy_inference", [True, False])
+def test_each_env_keeps_its_noise_matrix_for_the_sample_interval(gsde, numpy_inference):
     gsde(interval=3)
-    policy = NeuralPolicy(5, 2, seed=3)
-    assert policy.per_env_exploration and policy._numpy is None
+    policy = NeuralPolicy(5, 2, seed=3, numpy_inference=numpy_inference)
+    assert policy.per_env_exploration
+    assert (policy._numpy is not None) == numpy_inference
     obs = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
     steps = []
     for _ in range(7):  # two splits, as an actor with env_splits = 2 calls it
@@ -97,12 +99,38 @@ def test_each_env_keeps_its_noise_matrix_for_the_sample_interval(gsde):
     assert not np.allclose(actions[2], actions[3])
     assert not np.allclose(actions[5], actions[6])
     # a fresh generator and a reseeded one give the same noise
-    again = NeuralPolicy(5, 2, seed=3)
+    again = NeuralPolicy(5, 2, seed=3, numpy_inference=numpy_inference)
     again.model.load_state_dict(policy.model.state_dict())
+    again._snapshot()
     np.testing.assert_array_equal(again.act(obs[:2], env_ids=np.array([0, 2]))[0], actions[0, :2])
     policy.reseed(3)
     np.testing.assert_array_equal(policy.act(obs[:2], env_ids=np.array([0, 2]))[0],
                                   actions[0, :2])
+
+
+def test_numpy_inference_explores_as_the_torch_model(gsde):
+    """The same seed, weights and env ids give the same actions and
+    log-probabilities with the numpy copy and the torch model."""
+    fast = NeuralPolicy(5, 3, seed=7)
+    slow = NeuralPolicy(5, 3, seed=7, numpy_inference=False)
+    with torch.no_grad():
+        for p in fast.model.parameters():
+            p.normal_(0.0, 0.5)
+    slow.model.load_state_dict(fast.model.state_dict())
+    fast._snapshot()
+    obs = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    for step in range(5):
+        ids = np.array([0, 2, 4]) if step % 2 == 0 else np.array([1, 3, 5])
+        rows = obs[ids]
+        got, want = fast.act(rows, env_ids=ids), slow.act(rows, env_ids=ids)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    # without env ids: samples of the same distribution (log-probs agree)
+    action, log_prob, _ = fast.act(obs)
+    with torch.no_grad():
+        dist = slow.model.distribution(torch.from_numpy(obs))
+        np.testing.assert_allclose(log_prob, dist.log_prob(torch.from_numpy(action)),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def test_a_deterministic_policy_acts_with_the_mean(gsde):
@@ -110,12 +138,15 @@ def test_a_deterministic_policy_acts_with_the_mean(gsde):
     assert not policy.per_env_exploration
     obs = np.ones((3, 5), np.float32)
     mean = policy.model.distribution(torch.from_numpy(obs)).mode().detach().numpy()
-    np.testing.assert_array_equal(policy.act(obs, env_ids=np.arange(3))[0], mean)
+    np.testing.assert_allclose(policy.act(obs, env_ids=np.arange(3))[0], mean,
+                               rtol=1e-5, atol=1e-6)
 
 
-def test_gaussian_exploration_keeps_numpy_inference():
+def test_gaussian_exploration_keeps_no_noise_matrices():
     policy = NeuralPolicy(5, 2, seed=0)
     assert not policy.per_env_exploration and policy._numpy is not None
+    policy.act(np.zeros((2, 5), np.float32), env_ids=np.arange(2))
+    assert len(policy._sde_age) == 0
 
 
 class EnvIdPolicy:

@@ -34,16 +34,17 @@ class NeuralPolicy:
         seed: seeds the action-sampling generator.
         deterministic: act with the distribution's mean (for evaluation).
         numpy_inference: act with a numpy copy of the networks where it can
-            (feed-forward networks on vector observations; images, recurrent
-            networks and state-dependent exploration always use torch): the
-            same outputs to float32 rounding, about 3-4x cheaper per call on
-            small batches. Actions are then sampled with a numpy generator
-            seeded from ``seed``. False: always torch.
+            (feed-forward networks on vector observations; images and recurrent
+            networks always use torch): the same outputs to float32 rounding,
+            about 3-4x cheaper per call on small batches. Actions are then
+            sampled with a numpy generator seeded from ``seed``. False: always
+            torch.
 
     With state-dependent exploration (``ActorNetwork.exploration``) a sampling
     policy keeps one noise matrix per env (``per_env_exploration``): the actor
     passes the indices of the envs it acts for (``env_ids``), and each env's
-    matrix is redrawn every ``ActorNetwork.sde_sample_interval`` of its steps.
+    matrix is redrawn every ``ActorNetwork.sde_sample_interval`` of its steps
+    (with the numpy generator, for the numpy and the torch networks alike).
 
     Observations are normalized exactly when the published weights carry
     normalizer statistics (``PPOLearner.normalize_observations``); otherwise the
@@ -67,7 +68,7 @@ class NeuralPolicy:
         self.per_env_exploration = actor.state_dependent and not deterministic
         self._sde_interval = actor.sde_sample_interval
         self._sde_shape = tuple(actor.sde_log_std.shape) if actor.state_dependent else ()
-        self._sde_draws = torch.zeros((0,) + self._sde_shape)  # [E, F, A] per env
+        self._sde_draws = np.zeros((0,) + self._sde_shape, np.float32)  # [E, F, A] per env
         self._sde_age = np.zeros(0, np.int64)  # steps each env's draws were used
         self.numpy_inference = bool(numpy_inference)
         self._numpy: Optional[NumpyActorCritic] = None
@@ -92,25 +93,26 @@ class NeuralPolicy:
         self.rng = np.random.default_rng(seed)
         self._sde_age[:] = 0  # every env draws a new noise matrix at its next step
 
-    def _draws_for(self, env_ids: Optional[np.ndarray]) -> Optional[torch.Tensor]:
-        """The noise-matrix draws [B, F, A] of envs ``env_ids`` [B] (state-dependent
-        exploration), each env's redrawn every ``sde_sample_interval`` of its
-        steps; None where none are kept (no env ids, or no such exploration)."""
+    def _draws_for(self, env_ids: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """The noise-matrix draws [B, F, A] (standard normal) of envs
+        ``env_ids`` [B] (state-dependent exploration), each env's redrawn every
+        ``sde_sample_interval`` of its steps; None where none are kept (no env
+        ids, or no such exploration)."""
         if not self.per_env_exploration or env_ids is None:
             return None
         ids = np.asarray(env_ids, np.int64)
-        if int(ids.max()) >= len(self._sde_age):
-            grown = int(ids.max()) + 1
-            self._sde_draws = torch.cat([self._sde_draws, torch.zeros(
-                (grown - len(self._sde_age),) + self._sde_shape)])
-            self._sde_age = np.concatenate([self._sde_age,
-                                            np.zeros(grown - len(self._sde_age), np.int64)])
+        known = len(self._sde_age)
+        if int(ids.max()) >= known:
+            grown = int(ids.max()) + 1 - known
+            self._sde_draws = np.concatenate(
+                [self._sde_draws, np.zeros((grown,) + self._sde_shape, np.float32)])
+            self._sde_age = np.concatenate([self._sde_age, np.zeros(grown, np.int64)])
         redraw = ids[self._sde_age[ids] % self._sde_interval == 0]
         if redraw.size:
-            self._sde_draws[torch.from_numpy(redraw)] = torch.randn(
-                (redraw.size,) + self._sde_shape, generator=self.generator)
+            self._sde_draws[redraw] = self.rng.standard_normal(
+                (redraw.size,) + self._sde_shape, dtype=np.float32)
         self._sde_age[ids] += 1
-        return self._sde_draws[torch.from_numpy(ids)]
+        return self._sde_draws[ids]
 
     def _numpy_obs(self, observation: np.ndarray) -> np.ndarray:
         x = np.asarray(observation, np.float32)
@@ -128,12 +130,14 @@ class NeuralPolicy:
         recurrent policy takes the envs' ``state`` [K, S] and returns the next
         state [K, S] fourth. ``env_ids`` [K]: which of the actor's envs the rows
         are (used by state-dependent exploration, ignored otherwise)."""
+        draws = self._draws_for(env_ids)
         if self._numpy is not None:
-            return self._numpy.act(self._numpy_obs(observation), self.rng, self.deterministic)
+            return self._numpy.act(self._numpy_obs(observation), self.rng, self.deterministic,
+                                   draws)
         out = self.model.act(self._obs(observation), self.generator, self.deterministic,
                              state=(None if state is None
                                     else torch.from_numpy(np.asarray(state, np.float32))),
-                             sde_draws=self._draws_for(env_ids))
+                             sde_draws=None if draws is None else torch.from_numpy(draws))
         return tuple(x.numpy() for x in out)
 
     def value(self, observation: np.ndarray, state: Optional[np.ndarray] = None

@@ -18,9 +18,11 @@ formulas, in float32. Results agree with the torch model to float32 rounding
 checks that against the model for every activation and action kind.
 
 Only what it knows how to copy exactly is copied: ``NumpyActorCritic.of``
-returns None for image observations (conv encoders), recurrent cores,
-state-dependent exploration, or any layer type it does not know, and the
-caller then uses the torch model.
+returns None for image observations (conv encoders), recurrent cores, or any
+layer type it does not know, and the caller then uses the torch model.
+State-dependent exploration (gSDE) is copied too: the scale is computed from
+the actor's last hidden features, and the noise from the caller's draws of
+each env's noise matrix.
 
 Shapes: B = batch, O = observation_dim, A = stored action width.
 """
@@ -34,6 +36,7 @@ import numpy as np
 import torch.nn as nn
 
 from alf_async.networks.actor_critic import ActorCritic
+from alf_async.networks.distributions import SDE_VARIANCE_FLOOR
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -101,12 +104,17 @@ class NumpyActorCritic:
     and its forward pass; build with ``of`` (a snapshot: rebuild after the
     model's weights change)."""
 
-    def __init__(self, actor: List[_Layer], value: List[_Layer], nvec: Tuple[int, ...],
-                 log_std: Optional[np.ndarray]):
-        self._actor = actor
+    def __init__(self, body: List[_Layer], head: List[_Layer], value: List[_Layer],
+                 nvec: Tuple[int, ...], log_std: Optional[np.ndarray],
+                 sde_std: Optional[np.ndarray] = None):
+        self._body = body  # the actor's hidden layers (features [B, F])
+        self._head = head  # its output layer (mean or logits)
         self._value = value
         self._nvec = nvec  # choices per dimension; () for continuous actions
-        if log_std is not None:
+        self._sde_std = sde_std  # [F, A] the noise matrix's stds (gSDE), or None
+        if sde_std is not None:
+            self._sde_var = (sde_std * sde_std).astype(np.float32)
+        elif log_std is not None:
             self._scale = np.exp(log_std).astype(np.float32)
             self._log_scale = np.log(self._scale)
 
@@ -114,42 +122,56 @@ class NumpyActorCritic:
     def of(cls, model: ActorCritic) -> Optional["NumpyActorCritic"]:
         """A snapshot of ``model``, or None where only torch can run it (image
         observations, a recurrent core, an unknown layer)."""
-        if (model.observation_spec.is_image or model.rnn is not None
-                or model.actor.state_dependent):
+        if model.observation_spec.is_image or model.rnn is not None:
             return None
         actor, value = model.actor, model.value
-        actor_layers = _layers(list(actor.body) + [actor.mean])
+        body, head = _layers(list(actor.body)), _layers([actor.mean])
         value_layers = _layers(list(value.body) + [value.head])
-        if actor_layers is None or value_layers is None:
+        if body is None or head is None or value_layers is None:
             return None
         spec = actor.action_spec
-        log_std = None
-        if not spec.discrete:
+        log_std = sde_std = None
+        if actor.state_dependent:
+            sde_std = (actor.sde_log_std.detach().clamp(actor.min_log_std, actor.max_log_std)
+                       .exp().numpy().astype(np.float32))
+        elif not spec.discrete:
             log_std = actor.log_std.detach().clamp(actor.min_log_std, actor.max_log_std).numpy()
-        return cls(actor_layers, value_layers, tuple(spec.nvec) if spec.discrete else (),
-                   log_std)
+        return cls(body, head, value_layers, tuple(spec.nvec) if spec.discrete else (),
+                   log_std, sde_std)
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         """(normalized) observations [B, O] float32 -> value [B]."""
         return _run(self._value, observation)[:, 0]
 
     def act(self, observation: np.ndarray, rng: np.random.Generator,
-            deterministic: bool = False) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+            deterministic: bool = False, sde_draws: Optional[np.ndarray] = None
+            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(normalized) observations [B, O] float32 -> (action [B, A], log_prob
-        [B], value [B]), as ``ActorCritic.act``; samples with ``rng``."""
-        out = _run(self._actor, observation)
+        [B], value [B]), as ``ActorCritic.act``; samples with ``rng``, or
+        (state-dependent exploration) with the noise-matrix draws ``sde_draws``
+        [B, F, A] where given."""
+        features = _run(self._body, observation)
+        out = _run(self._head, features)
         value = self.value(observation)
         if self._nvec:
             action, log_prob = self._categorical(out, rng, deterministic)
+            return action, log_prob.astype(np.float32), value
+        if self._sde_std is not None:
+            scale = np.sqrt((features * features) @ self._sde_var
+                            + np.float32(SDE_VARIANCE_FLOOR))
+            log_scale = np.log(scale)
         else:
-            action = out.copy()
-            if not deterministic:
-                noise = rng.standard_normal(out.shape, dtype=np.float32)
-                action += self._scale * noise
-            # torch's Normal.log_prob, from the action as stored
-            diff = action - out
-            log_prob = (-(diff * diff) / (2.0 * self._scale * self._scale) - self._log_scale
-                        - np.float32(_HALF_LOG_2PI)).sum(-1)
+            scale, log_scale = self._scale, self._log_scale
+        action = out.copy()
+        if not deterministic:
+            if sde_draws is not None and self._sde_std is not None:
+                action += np.einsum("bf,bfa->ba", features, sde_draws * self._sde_std)
+            else:
+                action += scale * rng.standard_normal(out.shape, dtype=np.float32)
+        # torch's Normal.log_prob, from the action as stored
+        diff = action - out
+        log_prob = (-(diff * diff) / (2.0 * scale * scale) - log_scale
+                    - np.float32(_HALF_LOG_2PI)).sum(-1)
         return action, log_prob.astype(np.float32), value
 
     def _categorical(self, logits: np.ndarray, rng: np.random.Generator,
