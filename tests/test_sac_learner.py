@@ -127,6 +127,14 @@ def test_gsde_policy_holds_each_envs_draw_for_the_sample_interval():
         assert not np.allclose(actions[a], actions[b])
     # Each env has its own draw.
     assert not np.allclose(actions[0][0], actions[0][1])
+    # Acting for one env at a time (an actor with env_splits = 2 names the
+    # envs of each call): each env still holds its own draw for 3 of its steps.
+    split = SACPolicy(O, A, seed=1)
+    split.load_weights(learner.weight_arrays())
+    assert split.per_env_exploration
+    by_env = [np.concatenate([split.act(obs[k:k + 1], env_ids=np.array([k]))[0]
+                              for k in (0, 1)]) for _ in range(7)]
+    np.testing.assert_allclose(np.stack(by_env), np.stack(actions), rtol=1e-6, atol=1e-7)
     # Reseeding draws afresh from the new seed: the same actions again.
     policy.reseed(1)
     np.testing.assert_array_equal(policy.act(obs)[0], actions[0])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from alf_async.algorithms.policy import NeuralPolicy
+from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.networks import ActorNetwork
 from alf_async.networks.distributions import StateDependentNormal
 from alf_async.runtime.actor import Actor
@@ -74,6 +75,8 @@ def test_a_bad_exploration_setting_is_refused_by_name():
         ActorNetwork(5, 2, exploration="smooth")
     with pytest.raises(ConfigError, match="ActorNetwork.sde_sample_interval"):
         ActorNetwork(5, 2, exploration="state_dependent", sde_sample_interval=0)
+    with pytest.raises(ValueError, match="sample interval"):
+        SdeDraws((3, 2), interval=0)
 
 
 @pytest.mark.parametrize("numpy_inference", [True, False])
@@ -145,8 +148,8 @@ def test_a_deterministic_policy_acts_with_the_mean(gsde):
 def test_gaussian_exploration_keeps_no_noise_matrices():
     policy = NeuralPolicy(5, 2, seed=0)
     assert not policy.per_env_exploration and policy._numpy is not None
+    assert policy._sde is None
     policy.act(np.zeros((2, 5), np.float32), env_ids=np.arange(2))
-    assert len(policy._sde_age) == 0
 
 
 class EnvIdPolicy:

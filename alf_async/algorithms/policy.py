@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.networks.numpy_inference import NumpyActorCritic
@@ -42,9 +43,9 @@ class NeuralPolicy:
 
     With state-dependent exploration (``ActorNetwork.exploration``) a sampling
     policy keeps one noise matrix per env (``per_env_exploration``): the actor
-    passes the indices of the envs it acts for (``env_ids``), and each env's
-    matrix is redrawn every ``ActorNetwork.sde_sample_interval`` of its steps
-    (with the numpy generator, for the numpy and the torch networks alike).
+    passes the indices of the envs it acts for (``env_ids``; without them the
+    rows are envs 0 .. B - 1), and each env's matrix is redrawn every
+    ``ActorNetwork.sde_sample_interval`` of its steps (``algorithms.sde_draws``).
 
     Observations are normalized exactly when the published weights carry
     normalizer statistics (``PPOLearner.normalize_observations``); otherwise the
@@ -66,10 +67,8 @@ class NeuralPolicy:
         self.state_size = self.model.state_size
         actor = self.model.actor
         self.per_env_exploration = actor.state_dependent and not deterministic
-        self._sde_interval = actor.sde_sample_interval
-        self._sde_shape = tuple(actor.sde_log_std.shape) if actor.state_dependent else ()
-        self._sde_draws = np.zeros((0,) + self._sde_shape, np.float32)  # [E, F, A] per env
-        self._sde_age = np.zeros(0, np.int64)  # steps each env's draws were used
+        self._sde = (SdeDraws(tuple(actor.sde_log_std.shape), actor.sde_sample_interval, seed)
+                     if self.per_env_exploration else None)
         self.numpy_inference = bool(numpy_inference)
         self._numpy: Optional[NumpyActorCritic] = None
         self._snapshot()
@@ -91,28 +90,8 @@ class NeuralPolicy:
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self._sde_age[:] = 0  # every env draws a new noise matrix at its next step
-
-    def _draws_for(self, env_ids: Optional[np.ndarray]) -> Optional[np.ndarray]:
-        """The noise-matrix draws [B, F, A] (standard normal) of envs
-        ``env_ids`` [B] (state-dependent exploration), each env's redrawn every
-        ``sde_sample_interval`` of its steps; None where none are kept (no env
-        ids, or no such exploration)."""
-        if not self.per_env_exploration or env_ids is None:
-            return None
-        ids = np.asarray(env_ids, np.int64)
-        known = len(self._sde_age)
-        if int(ids.max()) >= known:
-            grown = int(ids.max()) + 1 - known
-            self._sde_draws = np.concatenate(
-                [self._sde_draws, np.zeros((grown,) + self._sde_shape, np.float32)])
-            self._sde_age = np.concatenate([self._sde_age, np.zeros(grown, np.int64)])
-        redraw = ids[self._sde_age[ids] % self._sde_interval == 0]
-        if redraw.size:
-            self._sde_draws[redraw] = self.rng.standard_normal(
-                (redraw.size,) + self._sde_shape, dtype=np.float32)
-        self._sde_age[ids] += 1
-        return self._sde_draws[ids]
+        if self._sde is not None:  # every env draws a new noise matrix at its next step
+            self._sde.reseed(seed)
 
     def _numpy_obs(self, observation: np.ndarray) -> np.ndarray:
         x = np.asarray(observation, np.float32)
@@ -129,8 +108,8 @@ class NeuralPolicy:
         """observation [K, *O] -> (action [K, A], log_prob [K], value [K]); a
         recurrent policy takes the envs' ``state`` [K, S] and returns the next
         state [K, S] fourth. ``env_ids`` [K]: which of the actor's envs the rows
-        are (used by state-dependent exploration, ignored otherwise)."""
-        draws = self._draws_for(env_ids)
+        are (state-dependent exploration keeps a noise matrix per env)."""
+        draws = None if self._sde is None else self._sde(env_ids, len(observation))
         if self._numpy is not None:
             return self._numpy.act(self._numpy_obs(observation), self.rng, self.deterministic,
                                    draws)

@@ -8,8 +8,9 @@ state-value network: ``value`` is 0 (the trajectory's value fields are unused
 by an off-policy learner).
 
 With gSDE (``SquashedGaussianActor.use_sde``) the policy holds one standard-
-normal exploration draw [K, H, A] per env and draws a new one every
-``sde_sample_interval`` calls of ``act``, so an env's exploration noise is a
+normal exploration draw [H, A] per env (``algorithms.sde_draws``; the actor
+names the envs of each call, ``env_ids``) and draws a new one every
+``sde_sample_interval`` of that env's steps, so an env's exploration noise is a
 smooth function of its state between draws.
 """
 
@@ -20,6 +21,7 @@ from typing import Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor
@@ -48,8 +50,10 @@ class SACPolicy:
         self.generator = torch.Generator().manual_seed(seed)
         self.deterministic = deterministic
         self.uniform = True
-        self._exploration: Optional[torch.Tensor] = None   # [K, H, A], gSDE
-        self._steps_since_draw = 0
+        self.per_env_exploration = self.actor.use_sde and not deterministic
+        self._sde = (SdeDraws((self.actor.feature_dim, self.action_dim),
+                              self.actor.sde_sample_interval, seed)
+                     if self.per_env_exploration else None)
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         groups = unpack_weights(arrays)
@@ -59,11 +63,15 @@ class SACPolicy:
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
-        self._exploration = None
+        if self._sde is not None:
+            self._sde.reseed(seed)
 
     @torch.no_grad()
-    def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """observation [K, *O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0)."""
+    def act(self, observation: np.ndarray, env_ids: Optional[np.ndarray] = None
+            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """observation [K, *O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0);
+        ``env_ids`` [K]: which of the actor's envs the rows are (gSDE keeps a
+        draw per env; None: envs 0 .. K - 1)."""
         k = len(observation)
         if self.uniform and not self.deterministic:
             action = torch.rand((k, self.action_dim), generator=self.generator) * 2 - 1
@@ -71,22 +79,10 @@ class SACPolicy:
         else:
             obs = torch.from_numpy(np.ascontiguousarray(
                 observation if self._image else np.asarray(observation, np.float32)))
+            draws = None if self._sde is None else torch.from_numpy(self._sde(env_ids, k))
             action, log_prob = self.actor.sample(obs, self.generator, self.deterministic,
-                                                 exploration=self._sde_exploration(k))
+                                                 exploration=draws)
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
-
-    def _sde_exploration(self, k: int) -> Optional[torch.Tensor]:
-        """gSDE's held standard-normal draw [K, H, A] for this step (None without gSDE
-        or when acting deterministically)."""
-        if not self.actor.use_sde or self.deterministic:
-            return None
-        if (self._exploration is None or len(self._exploration) != k
-                or self._steps_since_draw >= self.actor.sde_sample_interval):
-            shape = (k, self.actor.feature_dim, self.action_dim)
-            self._exploration = torch.randn(shape, generator=self.generator)
-            self._steps_since_draw = 0
-        self._steps_since_draw += 1
-        return self._exploration
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         """SAC has no state-value network: 0 for each of the M observations."""
