@@ -186,15 +186,18 @@ def test_sigkill_then_resume(tmp_path, target, moment):
 
 @pytest.mark.timeout(240)
 def test_ctrl_c_before_the_first_iteration_says_nothing_was_saved(tmp_path):
-    """An unroll of 4000 steps keeps iteration 1 from finishing for seconds: a
-    Ctrl-C then must not claim a checkpoint, and none may exist."""
+    """An unroll of 200k env steps keeps iteration 1 from finishing for many
+    seconds (the first-unroll progress line, printed every second while no
+    batch has come, shows it is under way): a Ctrl-C then must not claim a
+    checkpoint, and none may exist."""
     root = str(tmp_path / "run")
-    params = small_params("Trainer.unroll_length=4000", "PPOLearner.mini_batch_size=64",
+    params = small_params("Trainer.unroll_length=100000", "PPOLearner.mini_batch_size=64",
                           iterations=3)
     with TrainRun(root, params) as run:
         run.wait_for(lambda: "starting 1 actor(s)" in run.output(), 120, "the start")
         run.wait_for(lambda: run.actors(), 30, "the actor")
-        time.sleep(1.0)
+        run.wait_for(lambda: "first unroll: actors at" in run.output(), 60,
+                     "the first unroll's progress line")
         run.signal_group(signal.SIGINT)
         rc = run.wait(60)
         run.assert_clean()
