@@ -79,9 +79,14 @@ def test_signal_writes_final_checkpoint_and_ends_all_children(tmp_path, sig, to_
 
 @pytest.mark.timeout(240)
 def test_second_sigint_exits_at_once_without_leftovers(tmp_path):
+    """Training iterations of 3000 epochs (seconds each, against milliseconds
+    between them) make the first Ctrl-C land inside one, where it waits for the
+    iteration to end: the second, 50 ms later, finds the run still stopping
+    however fast the machine (with short iterations a fast machine finished
+    the graceful stop before it)."""
     root = str(tmp_path / "run")
     params = small_params("Trainer.num_actors=2", "Trainer.num_env_workers=1",
-                          iterations=LONG)
+                          "PPOLearner.num_epochs=3000", iterations=LONG)
     with TrainRun(root, params) as run:
         run.wait_for_iteration(1)
         run.wait_for(lambda: len(run.env_workers()) == 2, 30, "2 env workers")
