@@ -31,6 +31,18 @@ import torch
 SDE_VARIANCE_FLOOR = 1e-6
 
 
+def sde_scale(latent: torch.Tensor, matrix_std: torch.Tensor) -> torch.Tensor:
+    """gSDE's per-state std [B, A]: sqrt(latent^2 @ sigma^2 + floor), for
+    features latent [B, F] and noise-matrix stds sigma [F, A]."""
+    return torch.sqrt((latent * latent) @ (matrix_std * matrix_std) + SDE_VARIANCE_FLOOR)
+
+
+def sde_noise(latent: torch.Tensor, eps: torch.Tensor, matrix_std: torch.Tensor) -> torch.Tensor:
+    """gSDE's noise [B, A]: each row's features latent [B, F] times its noise
+    matrix eps * sigma (standard-normal draws eps [B, F, A], sigma [F, A])."""
+    return torch.einsum("bf,bfa->ba", latent, eps * matrix_std)
+
+
 class NormalDistribution:
     """A diagonal Normal over A continuous action dimensions (loc, scale [B, A])."""
 
@@ -66,14 +78,13 @@ class StateDependentNormal(NormalDistribution):
     """
 
     def __init__(self, loc: torch.Tensor, latent: torch.Tensor, matrix_std: torch.Tensor):
-        variance = (latent * latent) @ (matrix_std * matrix_std)
-        super().__init__(loc, torch.sqrt(variance + SDE_VARIANCE_FLOOR))
+        super().__init__(loc, sde_scale(latent, matrix_std))
         self.latent = latent
         self.matrix_std = matrix_std
 
     def noise(self, eps: torch.Tensor) -> torch.Tensor:
         """The exploration noise [B, A] of standard-normal draws eps [B, F, A]."""
-        return torch.einsum("bf,bfa->ba", self.latent, eps * self.matrix_std)
+        return sde_noise(self.latent, eps, self.matrix_std)
 
     def sample_with(self, eps: torch.Tensor) -> torch.Tensor:
         """An action [B, A]: the mean plus the noise of the draws eps [B, F, A]."""

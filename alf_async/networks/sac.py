@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.networks.actor_critic import HIDDEN_INITS, mlp
+from alf_async.networks.distributions import sde_noise, sde_scale
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.utils.validation import check
 
@@ -121,9 +122,8 @@ class SquashedGaussianActor(nn.Module):
         mean = self.mean(h)
         if self.use_sde:
             mean = mean.clamp(-self.sde_clip_mean, self.sde_clip_mean)
-            variance = h.detach().pow(2) @ self.sde_sigma().pow(2)
-            # SB3's epsilon keeps the std > 0 where every feature is 0.
-            return mean, torch.sqrt(variance + 1e-6), h
+            # (SB3's epsilon keeps the std > 0 where every feature is 0.)
+            return mean, sde_scale(h.detach(), self.sde_sigma()), h
         log_std = self.log_std(h).clamp(self.min_log_std, self.max_log_std)
         return mean, log_std.exp(), h
 
@@ -152,8 +152,7 @@ class SquashedGaussianActor(nn.Module):
             if not self.use_sde:
                 raise ValueError("an exploration matrix is only for gSDE "
                                  "(SquashedGaussianActor.use_sde = True)")
-            matrix = self.sde_sigma() * exploration.to(mean.device)
-            u = mean + torch.bmm(h.detach().unsqueeze(1), matrix).squeeze(1)
+            u = mean + sde_noise(h.detach(), exploration.to(mean.device), self.sde_sigma())
         else:
             # The generator may live on the CPU while the networks are on a
             # GPU (the learner keeps its RNG on the CPU, so that checkpoints
