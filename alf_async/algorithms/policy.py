@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from alf_async.algorithms.normalizer import RunningNormalizer
+from alf_async.algorithms.sampling_streams import SamplingStreams
 from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
@@ -32,7 +33,7 @@ class NeuralPolicy:
         observation: the env's ``ObservationSpec`` (an integer O: a float32
             vector).
         action_spec: the env's action space (an integer A: A continuous dimensions).
-        seed: seeds the action-sampling generator.
+        seed: seeds the action-sampling generators (one per stream).
         deterministic: act with the distribution's mean (for evaluation).
         numpy_inference: act with a numpy copy of the networks where it can
             (feed-forward networks on vector observations; images and recurrent
@@ -40,6 +41,11 @@ class NeuralPolicy:
             about 3-4x cheaper per call on small batches. Actions are then
             sampled with a numpy generator seeded from ``seed``. False: always
             torch.
+
+    Sampling streams (``sampling_streams``): ``act(..., stream=g)`` samples
+    from stream g (``algorithms.sampling_streams``), so an actor that calls the
+    policy for its groups of envs in the order their env workers answer gets
+    the same actions as in any other order.
 
     With state-dependent exploration (``ActorNetwork.exploration``) a sampling
     policy keeps one noise matrix per env (``per_env_exploration``): the actor
@@ -61,8 +67,8 @@ class NeuralPolicy:
         self.normalizer = RunningNormalizer(spec.dim)
         self._image = spec.is_image
         self.normalize = False
-        self.generator = torch.Generator().manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
+        self.sampling_streams = True
+        self._streams = SamplingStreams(seed)
         self.deterministic = deterministic
         self.state_size = self.model.state_size
         actor = self.model.actor
@@ -88,8 +94,7 @@ class NeuralPolicy:
         self._snapshot()
 
     def reseed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
+        self._streams.reseed(seed)
         if self._sde is not None:  # every env draws a new noise matrix at its next step
             self._sde.reseed(seed)
 
@@ -104,16 +109,18 @@ class NeuralPolicy:
         return self.normalizer.normalize(x) if self.normalize else x
 
     def act(self, observation: np.ndarray, state: Optional[np.ndarray] = None,
-            env_ids: Optional[np.ndarray] = None) -> Tuple:
+            env_ids: Optional[np.ndarray] = None, stream: int = 0) -> Tuple:
         """observation [K, *O] -> (action [K, A], log_prob [K], value [K]); a
         recurrent policy takes the envs' ``state`` [K, S] and returns the next
         state [K, S] fourth. ``env_ids`` [K]: which of the actor's envs the rows
-        are (state-dependent exploration keeps a noise matrix per env)."""
-        draws = None if self._sde is None else self._sde(env_ids, len(observation))
+        are (state-dependent exploration keeps a noise matrix per env);
+        ``stream``: the sampling stream to draw from (the actor's group)."""
+        rng, generator = self._streams(stream)
+        draws = None if self._sde is None else self._sde(env_ids, len(observation), rng)
         if self._numpy is not None:
-            return self._numpy.act(self._numpy_obs(observation), self.rng, self.deterministic,
+            return self._numpy.act(self._numpy_obs(observation), rng, self.deterministic,
                                    draws)
-        out = self.model.act(self._obs(observation), self.generator, self.deterministic,
+        out = self.model.act(self._obs(observation), generator, self.deterministic,
                              state=(None if state is None
                                     else torch.from_numpy(np.asarray(state, np.float32))),
                              sde_draws=None if draws is None else torch.from_numpy(draws))

@@ -11,7 +11,10 @@ With gSDE (``SquashedGaussianActor.use_sde``) the policy holds one standard-
 normal exploration draw [H, A] per env (``algorithms.sde_draws``; the actor
 names the envs of each call, ``env_ids``) and draws a new one every
 ``sde_sample_interval`` of that env's steps, so an env's exploration noise is a
-smooth function of its state between draws.
+smooth function of its state between draws. Actions and draws come from one
+random stream per group of envs the actor serves (``stream``;
+``algorithms.sampling_streams``), so the actor may serve the groups in the
+order their env workers answer.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from alf_async.algorithms.sampling_streams import SamplingStreams
 from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
@@ -35,7 +39,7 @@ class SACPolicy:
         observation: the env's ``ObservationSpec`` (an integer O: a vector of
             O values; images as ``SACLearner``'s).
         action_spec: the env's (continuous) action space.
-        seed: seeds the sampling generator.
+        seed: seeds the sampling streams.
         deterministic: act with tanh(mean) (for evaluation).
     """
 
@@ -47,7 +51,8 @@ class SACPolicy:
         self._image = spec.is_image  # frames reach the encoder in their own dtype
         self.actor = SquashedGaussianActor(spec, self.action_dim)
         self.actor.eval()
-        self.generator = torch.Generator().manual_seed(seed)
+        self.sampling_streams = True
+        self._streams = SamplingStreams(seed)
         self.deterministic = deterministic
         self.uniform = True
         self.per_env_exploration = self.actor.use_sde and not deterministic
@@ -62,25 +67,27 @@ class SACPolicy:
         self.uniform = bool(groups.get("explore", {}).get("uniform", np.zeros(1))[0] > 0)
 
     def reseed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
+        self._streams.reseed(seed)
         if self._sde is not None:
             self._sde.reseed(seed)
 
     @torch.no_grad()
-    def act(self, observation: np.ndarray, env_ids: Optional[np.ndarray] = None
-            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(self, observation: np.ndarray, env_ids: Optional[np.ndarray] = None,
+            stream: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """observation [K, *O] -> (action [K, A] in [-1, 1], log_prob [K], value [K] = 0);
         ``env_ids`` [K]: which of the actor's envs the rows are (gSDE keeps a
-        draw per env; None: envs 0 .. K - 1)."""
+        draw per env; None: envs 0 .. K - 1); ``stream``: the sampling stream
+        (the actor's group of envs)."""
         k = len(observation)
+        rng, generator = self._streams(stream)
         if self.uniform and not self.deterministic:
-            action = torch.rand((k, self.action_dim), generator=self.generator) * 2 - 1
+            action = torch.rand((k, self.action_dim), generator=generator) * 2 - 1
             log_prob = torch.full((k,), -self.action_dim * float(np.log(2.0)))
         else:
             obs = torch.from_numpy(np.ascontiguousarray(
                 observation if self._image else np.asarray(observation, np.float32)))
-            draws = None if self._sde is None else torch.from_numpy(self._sde(env_ids, k))
-            action, log_prob = self.actor.sample(obs, self.generator, self.deterministic,
+            draws = None if self._sde is None else torch.from_numpy(self._sde(env_ids, k, rng))
+            action, log_prob = self.actor.sample(obs, generator, self.deterministic,
                                                  exploration=draws)
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
 

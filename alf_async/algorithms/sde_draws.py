@@ -40,10 +40,12 @@ class SdeDraws:
         self._rng = np.random.default_rng(seed)
         self._age[:] = 0
 
-    def __call__(self, env_ids: Optional[np.ndarray], batch: int) -> np.ndarray:
+    def __call__(self, env_ids: Optional[np.ndarray], batch: int,
+                 rng: Optional[np.random.Generator] = None) -> np.ndarray:
         """The draws [B, F, A] of envs ``env_ids`` [B] for this step (None: the
         rows are envs 0 .. batch - 1), each env's redrawn every ``interval``
-        of its steps."""
+        of its steps, from ``rng`` (None: this object's own generator; a
+        policy with sampling streams passes the stream of the envs' group)."""
         ids = (np.arange(batch) if env_ids is None else np.asarray(env_ids, np.int64))
         grown = int(ids.max()) + 1 - len(self._age) if ids.size else 0
         if grown > 0:
@@ -52,7 +54,8 @@ class SdeDraws:
             self._age = np.concatenate([self._age, np.zeros(grown, np.int64)])
         redraw = ids[self._age[ids] % self.interval == 0]
         if redraw.size:
-            self._draws[redraw] = self._rng.standard_normal((redraw.size,) + self.shape,
+            generator = self._rng if rng is None else rng
+            self._draws[redraw] = generator.standard_normal((redraw.size,) + self.shape,
                                                             dtype=np.float32)
         self._age[ids] += 1
         return self._draws[ids]

@@ -34,6 +34,7 @@ from alf_async.envs.env_errors import EnvError, _WorkerLost
 from alf_async.envs.env_group import EnvGroup
 from alf_async.envs.env_worker import _Worker, stop_workers
 from alf_async.envs.gym_env import env_spec, import_env_modules
+from alf_async.envs.step_groups import AnswerPoller, first_ready, split_groups
 from alf_async.envs.worker_protocol import EnvCommand, batch_specs, encode_request
 from alf_async.utils.process import stop_processes
 from alf_async.utils.shared_memory import SharedArrays
@@ -62,29 +63,6 @@ class StepResult:
     truncated: np.ndarray
     final_observation: np.ndarray
     env_failed: np.ndarray
-
-
-def split_groups(num_envs: int, num_workers: int, num_splits: int
-                 ) -> Tuple[List[slice], List[Tuple[Tuple[int, ...], int]]]:
-    """The groups a caller steps one at a time, as strided slices of the K envs
-    (views, not copies, of [K, ...] arrays), and per group (the positions of
-    the workers that step it, its split). Split s is s::S for W = 0 or S = 1
-    (every worker's envs, or no worker); with W >= 1 and S >= 2 the group of
-    worker w in split s is the envs k of w's contiguous range with k % S == s
-    (W x S groups, split-major)."""
-    splits: List[slice] = []
-    groups: List[Tuple[Tuple[int, ...], int]] = []
-    ranges = np.array_split(np.arange(num_envs), max(num_workers, 1))
-    for split in range(num_splits):
-        if num_workers == 0 or num_splits == 1:
-            splits.append(slice(split, None, num_splits))
-            groups.append((tuple(range(num_workers)), split))
-            continue
-        for position, envs in enumerate(ranges):
-            first, end = int(envs[0]), int(envs[-1]) + 1
-            splits.append(slice(first + (split - first) % num_splits, end, num_splits))
-            groups.append(((position,), split))
-    return splits, groups
 
 
 class BatchedEnv:
@@ -137,6 +115,7 @@ class BatchedEnv:
         self.splits, self._groups = split_groups(num_envs, num_workers, num_splits)
         ranges = np.array_split(np.arange(num_envs), max(num_workers, 1))
         self._in_flight: Dict[int, bool] = {}  # groups sent and not yet received
+        self._answers = AnswerPoller()  # which workers have answered (next_ready)
         self._starting = False  # workers started, their envs not yet confirmed built
         self._group_failures: Dict[int, List[Tuple[int, str]]] = {}  # W = 0
         self.env_name = env_name
@@ -345,6 +324,16 @@ class BatchedEnv:
             self._group_failures[group] = self._group.step((split, self.num_splits))
             return
         self._send(EnvCommand.STEP, (split, self.num_splits), positions=positions)
+
+    def next_ready(self) -> int:
+        """The group in flight whose ``step_receive`` can return first, waiting
+        for one if no worker has answered (``step_groups.first_ready``)."""
+        if not self._in_flight:
+            raise RuntimeError("no split group is being stepped (step_send first)")
+        if self._group is not None:  # W = 0: stepped in step_send, in that order
+            return next(iter(self._in_flight))
+        return first_ready(list(self._in_flight), self._groups, self._workers,
+                           self._answers, self.worker_timeout_s)
 
     def step_receive(self, group: int) -> StepResult:
         """Wait for the step of ``group`` started by ``step_send``; the result's

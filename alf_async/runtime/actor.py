@@ -31,7 +31,8 @@ from alf_async.config import gin_imports
 from alf_async.envs.batched_env import BatchedEnv
 from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
-from alf_async.runtime.policy import PolicyFactory, explores_per_env, policy_state_size
+from alf_async.runtime.policy import (PolicyFactory, explores_per_env, has_sampling_streams,
+                                     policy_state_size)
 from alf_async.runtime.weight_store import weights_digest
 from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import ArraySpec
@@ -110,17 +111,22 @@ class Actor:
 
         The envs are stepped group by group (``BatchedEnv.splits``: with W >= 1
         and ``env_splits`` = S >= 2 the envs of one worker in one split, W x S
-        groups; otherwise the S splits): the actions of a group for step t + 1
-        are computed as soon as its worker has answered, while the workers
-        step the other groups, so with W >= 1 and S >= 2 the policy's
+        groups; otherwise the S splits): the actions of a group for its step
+        t + 1 are computed as soon as its worker has answered step t, while the
+        workers step the other groups, so with W >= 1 and S >= 2 the policy's
         inference overlaps the envs' stepping, every worker always has a step
         queued and no worker waits for another. S = 1 is the plain
-        act-then-step loop.
+        act-then-step loop. A policy with sampling streams
+        (``runtime.policy.has_sampling_streams``; one stream per group) is
+        served in the order the workers answer (``BatchedEnv.next_ready``: a
+        slow or preempted worker holds up no other group; a group may run a
+        step ahead of another); any other policy in the fixed group order.
+        Either way the trajectories do not depend on the workers' timing.
         ``inference_s`` is the time spent in the policy, ``env_s`` the time spent
         waiting for the envs (with S >= 2, less than their stepping time).
 
-        ``on_step`` is called before every step (the actor process uses it to
-        send heartbeats); ``unroll_steps`` is then the env steps taken so far.
+        ``on_step`` is called before every group's step is received;
+        ``unroll_steps`` is then the env steps received so far.
 
         A recurrent policy (``state_size`` S > 0) acts with each env's state,
         which is zeroed where an episode ends (terminated, truncated, or the
@@ -130,74 +136,86 @@ class Actor:
         """
         start = time.perf_counter()
         timing = {"inference": 0.0, "env": 0.0}
-        obs = self._observation  # [K, *O], updated split by split
+        obs = self._observation  # [K, *O], updated group by group
         env, policy = self.env, self.policy
         last = self.settings.unroll_length - 1
         next_obs = out.get("next_observation")
-        state = self._state  # [K, S], updated split by split
+        state = self._state  # [K, S], updated group by group
         recurrent = self.state_size > 0
-        # the envs' indices, for a policy that keeps exploration noise per env
-        env_ids = ([{"env_ids": np.arange(self.settings.num_envs)[envs]} for envs in env.splits]
-                   if explores_per_env(policy) else [{}] * len(env.splits))
+        num_groups = len(env.splits)
+        ready_order = has_sampling_streams(policy)
+        # per group: the envs' indices (a policy that keeps exploration noise
+        # per env) and the sampling stream
+        call_args = [{} for _ in env.splits]
+        for group, envs in enumerate(env.splits):
+            if explores_per_env(policy):
+                call_args[group]["env_ids"] = np.arange(self.settings.num_envs)[envs]
+            if ready_order:
+                call_args[group]["stream"] = group
+        group_sizes = [len(range(self.settings.num_envs)[envs]) for envs in env.splits]
         if recurrent:
             out["initial_state"][:] = state
             out["episode_start"][0] = self._episode_start
 
-        def act_and_send(split: int, t: int) -> None:
-            envs = env.splits[split]
+        def act_and_send(group: int, t: int) -> None:
+            envs = env.splits[group]
             t0 = time.perf_counter()
             split_obs = np.ascontiguousarray(obs[envs])
             if recurrent:
                 action, log_prob, value, state[envs] = policy.act(split_obs, state[envs],
-                                                                  **env_ids[split])
+                                                                  **call_args[group])
             else:
-                action, log_prob, value = policy.act(split_obs, **env_ids[split])
+                action, log_prob, value = policy.act(split_obs, **call_args[group])
             out["observation"][t, envs] = split_obs
             out["action"][t, envs] = action
             out["log_prob"][t, envs] = log_prob
             out["value"][t, envs] = value
             timing["inference"] += time.perf_counter() - t0
-            env.step_send(split, action)
+            env.step_send(group, action)
 
-        for split in range(len(env.splits)):
-            act_and_send(split, 0)
-        for t in range(last + 1):
-            self.unroll_steps = t * self.settings.num_envs
+        for group in range(num_groups):
+            act_and_send(group, 0)
+        received = [0] * num_groups  # steps of each group received so far
+        self.unroll_steps = 0
+        for turn in range(num_groups * (last + 1)):
             if on_step is not None:
                 on_step()
-            for split, envs in enumerate(env.splits):
-                t0 = time.perf_counter()
-                result = env.step_receive(split)
-                t1 = time.perf_counter()
-                timing["env"] += t1 - t0
-                out["reward"][t, envs] = result.reward
-                out["terminated"][t, envs] = result.terminated
-                out["truncated"][t, envs] = result.truncated
-                truncation_value = np.zeros(len(result.reward), np.float32)
-                if result.truncated.any():
-                    idx = np.flatnonzero(result.truncated)
-                    if recurrent:  # the state after acting at t, before its reset
-                        truncation_value[idx] = policy.value(
-                            result.final_observation[idx], state[envs][idx])
-                    else:
-                        truncation_value[idx] = policy.value(result.final_observation[idx])
-                out["truncation_value"][t, envs] = truncation_value
-                if recurrent:
-                    ended = result.terminated | result.truncated
-                    state[envs] *= ~ended[:, None]
-                    self._episode_start[envs] = ended
-                    if t < last:
-                        out["episode_start"][t + 1, envs] = ended
-                if next_obs is not None:  # off-policy: s_{t+1} of this episode
-                    done = result.terminated | result.truncated
-                    done = done.reshape(done.shape + (1,) * (result.observation.ndim - 1))
-                    next_obs[t, envs] = np.where(done, result.final_observation,
-                                                 result.observation)
-                    out["env_failed"][t, envs] = result.env_failed  # not a transition
-                obs[envs] = result.observation
-                timing["inference"] += time.perf_counter() - t1
+            t0 = time.perf_counter()
+            group = env.next_ready() if ready_order else turn % num_groups
+            envs, t = env.splits[group], received[group]
+            result = env.step_receive(group)
+            t1 = time.perf_counter()
+            timing["env"] += t1 - t0
+            received[group] += 1
+            self.unroll_steps += group_sizes[group]
+            out["reward"][t, envs] = result.reward
+            out["terminated"][t, envs] = result.terminated
+            out["truncated"][t, envs] = result.truncated
+            truncation_value = np.zeros(len(result.reward), np.float32)
+            if result.truncated.any():
+                idx = np.flatnonzero(result.truncated)
+                if recurrent:  # the state after acting at t, before its reset
+                    truncation_value[idx] = policy.value(
+                        result.final_observation[idx], state[envs][idx])
+                else:
+                    truncation_value[idx] = policy.value(result.final_observation[idx])
+            out["truncation_value"][t, envs] = truncation_value
+            if recurrent:
+                ended = result.terminated | result.truncated
+                state[envs] *= ~ended[:, None]
+                self._episode_start[envs] = ended
                 if t < last:
-                    act_and_send(split, t + 1)
+                    out["episode_start"][t + 1, envs] = ended
+            if next_obs is not None:  # off-policy: s_{t+1} of this episode
+                done = result.terminated | result.truncated
+                done = done.reshape(done.shape + (1,) * (result.observation.ndim - 1))
+                next_obs[t, envs] = np.where(done, result.final_observation,
+                                             result.observation)
+                out["env_failed"][t, envs] = result.env_failed  # not a transition
+            obs[envs] = result.observation
+            timing["inference"] += time.perf_counter() - t1
+            if t < last:
+                act_and_send(group, t + 1)
         t0 = time.perf_counter()
         out["bootstrap_value"][:] = policy.value(obs, state) if recurrent else policy.value(obs)
         timing["inference"] += time.perf_counter() - t0

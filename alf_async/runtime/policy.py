@@ -15,6 +15,13 @@ and ``value(obs, state)``, and keeps the states (``runtime.actor``).
 A policy whose exploration noise is kept per env across steps (gSDE) says
 ``per_env_exploration = True``: the actor then also passes ``env_ids`` [K],
 the indices in its batched env of the envs it acts for.
+
+A policy that samples from one random stream per group of envs says
+``sampling_streams = True``: the actor then passes ``stream`` g, the index of
+the group it acts for (``BatchedEnv.splits``), and may serve the groups in the
+order their env workers answer, since each group's actions then depend only on
+its own envs and stream, not on that order. A policy that does not say is
+called in the fixed group order (its actions may depend on the calls before).
 """
 
 from __future__ import annotations
@@ -51,6 +58,12 @@ def explores_per_env(policy: object) -> bool:
     """Whether ``policy.act`` takes the envs' indices (``env_ids``) because it
     keeps exploration noise per env (False for policies that do not say)."""
     return bool(getattr(policy, "per_env_exploration", False))
+
+
+def has_sampling_streams(policy: object) -> bool:
+    """Whether ``policy.act`` takes ``stream``, the group of envs it samples
+    for (False for policies that do not say)."""
+    return bool(getattr(policy, "sampling_streams", False))
 
 
 def start_states(policy: object, batch: int) -> Optional[np.ndarray]:
