@@ -81,12 +81,15 @@ def test_fatal_env_errors_stop_the_run_naming_the_env_index(tmp_path, num_env_wo
 @pytest.mark.timeout(240)
 def test_sigkilled_env_worker_is_replaced_and_the_run_completes(tmp_path):
     root = str(tmp_path / "run")
-    iterations = 10
+    # Enough iterations (about 0.02 s each here) that the run is still going
+    # when the kill lands; the workers are looked up first, while the actor
+    # starts (they live from then to the end of the run).
+    iterations = 200
     params = small_params("Trainer.num_env_workers=2", "Trainer.max_actor_restarts=0",
                           iterations=iterations)
     with TrainRun(root, params) as run:
+        workers = run.wait_for(run.env_workers, 60, "env workers")
         run.wait_for_iteration(2)
-        workers = run.wait_for(run.env_workers, 30, "env workers")
         victim = workers[0].pid
         os.kill(victim, signal.SIGKILL)
         rc = run.wait(180)
