@@ -39,7 +39,7 @@ class NeuralPolicy:
             (feed-forward networks on vector observations; images and recurrent
             networks always use torch): the same outputs to float32 rounding,
             about 3-4x cheaper per call on small batches. Actions are then
-            sampled with a numpy generator seeded from ``seed``. False: always
+            sampled with the streams' numpy generators. False: always
             torch.
 
     Sampling streams (``sampling_streams``): ``act(..., stream=g)`` samples
