@@ -115,7 +115,9 @@ def test_a_runs_children_show_their_roles_as_process_names(tmp_path):
         actors = run.actors()
         assert len(actors) == 2
         assert {p.name() for p in actors} == {ACTOR_PROCESS_NAME}
-        assert len(run.env_workers()) == 2
+        # Looked up again, as each actor's child: a moment after the snapshot
+        # above, so waited for (a loaded machine may list a child late).
+        run.wait_for(lambda: len(run.env_workers()) == 2, 60, "each actor's env worker")
         rc = run.wait(180)
         run.assert_clean()
     assert rc == 0, run.output()[-3000:]
