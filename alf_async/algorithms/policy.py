@@ -73,7 +73,7 @@ class NeuralPolicy:
         self.state_size = self.model.state_size
         actor = self.model.actor
         self.per_env_exploration = actor.state_dependent and not deterministic
-        self._sde = (SdeDraws(tuple(actor.sde_log_std.shape), actor.sde_sample_interval, seed)
+        self._sde = (SdeDraws(tuple(actor.sde_log_std.shape), actor.sde_sample_interval)
                      if self.per_env_exploration else None)
         self.numpy_inference = bool(numpy_inference)
         self._numpy: Optional[NumpyActorCritic] = None
@@ -96,7 +96,7 @@ class NeuralPolicy:
     def reseed(self, seed: int) -> None:
         self._streams.reseed(seed)
         if self._sde is not None:  # every env draws a new noise matrix at its next step
-            self._sde.reseed(seed)
+            self._sde.reset()
 
     def _numpy_obs(self, observation: np.ndarray) -> np.ndarray:
         x = np.asarray(observation, np.float32)

@@ -57,7 +57,7 @@ class SACPolicy:
         self.uniform = True
         self.per_env_exploration = self.actor.use_sde and not deterministic
         self._sde = (SdeDraws((self.actor.feature_dim, self.action_dim),
-                              self.actor.sde_sample_interval, seed)
+                              self.actor.sde_sample_interval)
                      if self.per_env_exploration else None)
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -69,7 +69,7 @@ class SACPolicy:
     def reseed(self, seed: int) -> None:
         self._streams.reseed(seed)
         if self._sde is not None:
-            self._sde.reseed(seed)
+            self._sde.reset()
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, env_ids: Optional[np.ndarray] = None,

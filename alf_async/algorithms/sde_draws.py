@@ -22,10 +22,13 @@ class SdeDraws:
     Args:
         shape: (F, A), the noise matrix's shape.
         interval: steps each env keeps its draws (>= 1).
-        seed: seeds the draws' generator (``reseed`` restarts it).
+
+    The draws come from the generator the caller passes with each call (a
+    policy's sampling stream for the envs' group), so they follow the policy's
+    seed and do not depend on the order in which groups are served.
     """
 
-    def __init__(self, shape: Tuple[int, int], interval: int, seed: int = 0):
+    def __init__(self, shape: Tuple[int, int], interval: int):
         if int(interval) < 1:
             raise ValueError(f"the noise matrix's sample interval must be >= 1 step, "
                              f"got {interval}")
@@ -33,19 +36,16 @@ class SdeDraws:
         self.interval = int(interval)
         self._draws = np.zeros((0,) + self.shape, np.float32)
         self._age = np.zeros(0, np.int64)  # steps each env's draws were used
-        self.reseed(seed)
 
-    def reseed(self, seed: int) -> None:
-        """Restart the generator; every env draws anew at its next step."""
-        self._rng = np.random.default_rng(seed)
+    def reset(self) -> None:
+        """Every env draws anew at its next step (the policy was reseeded)."""
         self._age[:] = 0
 
     def __call__(self, env_ids: Optional[np.ndarray], batch: int,
-                 rng: Optional[np.random.Generator] = None) -> np.ndarray:
+                 rng: np.random.Generator) -> np.ndarray:
         """The draws [B, F, A] of envs ``env_ids`` [B] for this step (None: the
-        rows are envs 0 .. batch - 1), each env's redrawn every ``interval``
-        of its steps, from ``rng`` (None: this object's own generator; a
-        policy with sampling streams passes the stream of the envs' group)."""
+        rows are envs 0 .. batch - 1), each env's redrawn from ``rng`` every
+        ``interval`` of its steps."""
         ids = (np.arange(batch) if env_ids is None else np.asarray(env_ids, np.int64))
         grown = int(ids.max()) + 1 - len(self._age) if ids.size else 0
         if grown > 0:
@@ -54,8 +54,7 @@ class SdeDraws:
             self._age = np.concatenate([self._age, np.zeros(grown, np.int64)])
         redraw = ids[self._age[ids] % self.interval == 0]
         if redraw.size:
-            generator = self._rng if rng is None else rng
-            self._draws[redraw] = generator.standard_normal((redraw.size,) + self.shape,
-                                                            dtype=np.float32)
+            self._draws[redraw] = rng.standard_normal((redraw.size,) + self.shape,
+                                                      dtype=np.float32)
         self._age[ids] += 1
         return self._draws[ids]

@@ -88,7 +88,7 @@ def first_ready(in_flight: Sequence[int], groups: Sequence[GroupWorkers],
         heads[position] = group
     if len(heads) == 1:
         return next(iter(heads.values()))
-    answered = poller.answered(workers, 0) or poller.answered(workers, timeout_s)
+    answered = poller.answered(workers, timeout_s)  # at once if one has answered
     for position, group in heads.items():
         if position in answered:
             return group
