@@ -12,7 +12,8 @@ Groups (by concern):
 - what to train and for how long: algorithm, runtime, env_name, max_episode_steps,
   time_feature, seed,
   num_env_steps, num_iterations;
-- the actors: num_envs (K), num_env_workers (W), env_splits, num_actors (N), unroll_length,
+- the actors: num_envs (K), num_env_workers (W), env_splits, acting_env_workers,
+  num_actors (N), unroll_length,
   slots_per_actor, backend;
 - checkpoints: checkpoint_interval, reseed_at_checkpoints;
 - evaluation: eval_interval_env_steps, eval_episodes;
@@ -84,6 +85,15 @@ class TrainerSettings:
             Trajectories are the same for any S given the same actions (a
             stochastic policy draws its samples in another order, and a
             network's outputs may differ in the last bits with the batch size).
+        acting_env_workers: with W >= 1, each env worker acts for its own envs
+            with a numpy copy of the policy and unrolls them by itself, writing
+            every step into shared memory (one message per unroll instead of
+            one per step and group; ``envs.acting_workers``). Applies to
+            feed-forward policies on vector observations (the PPO actors'
+            numpy inference); other policies, SAC and recurrent or image
+            networks, act in the actor. Same trajectories as acting in the
+            actor wherever each group of envs is one worker's (W = 1 or
+            S >= 2). False: the actor acts for every step.
         num_actors: N actor processes. 1 = synchronous, >= 2 = asynchronous.
         unroll_length: steps per env per trajectory.
         slots_per_actor: trajectories an actor may have in flight; 1 (default)
@@ -145,6 +155,7 @@ class TrainerSettings:
     num_envs: int = field(default=8, metadata=rule("int", low=1))
     num_env_workers: Union[int, str] = field(default=AUTO, metadata=rule("int", low=0, auto=True))
     env_splits: Union[int, str] = field(default=AUTO, metadata=rule("int", low=1, auto=True))
+    acting_env_workers: bool = field(default=True, metadata=rule("bool"))
     num_actors: int = field(default=1, metadata=rule("int", low=1))
     unroll_length: int = field(default=128, metadata=rule("int", low=1))
     slots_per_actor: int = field(default=1, metadata=rule("int", low=1))

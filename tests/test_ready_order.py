@@ -34,9 +34,11 @@ NUM_ENVS, UNROLL = 4, 30
 
 
 def _settings() -> TrainerSettings:
+    # The actor acts for every step here (with acting env workers the workers
+    # unroll by themselves and no group order is chosen: test_acting_workers.py).
     return TrainerSettings(env_name=ENV, num_envs=NUM_ENVS, num_env_workers=2, env_splits=2,
-                           unroll_length=UNROLL, seed=5, max_episode_steps=12,
-                           num_iterations=2)
+                           acting_env_workers=False, unroll_length=UNROLL, seed=5,
+                           max_episode_steps=12, num_iterations=2)
 
 
 def _policy(observation_spec, action_spec, seed):

@@ -11,11 +11,26 @@ population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 import gin
 import numpy as np
 import torch
+
+
+@dataclass
+class ArrayNormalizer:
+    """Observation normalization in float32 numpy: (x - mean) / std, clipped to
+    [-clip, clip] (clip 0: not clipped). mean, std: [O] float32."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    clip: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = (x - self.mean) / self.std
+        return np.clip(y, -self.clip, self.clip, out=y) if self.clip > 0 else y
 
 
 @gin.configurable
@@ -74,13 +89,16 @@ class RunningNormalizer:
     def normalize_array(self, x: np.ndarray) -> np.ndarray:
         """``normalize`` for a float32 numpy array x [..., D] (the same float32
         arithmetic, without torch: the actors' numpy inference)."""
+        return self.array_normalizer()(x)
+
+    def array_normalizer(self) -> ArrayNormalizer:
+        """The current statistics as a numpy normalizer (float32), picklable."""
         key = ("numpy", None)
         if key not in self._tensors:
-            self._tensors[key] = (self.mean.astype(np.float32),
-                                  np.sqrt(self.var + self.epsilon).astype(np.float32))
-        mean, std = self._tensors[key]
-        y = (x - mean) / std
-        return np.clip(y, -self.clip, self.clip, out=y) if self.clip > 0 else y
+            self._tensors[key] = ArrayNormalizer(
+                self.mean.astype(np.float32),
+                np.sqrt(self.var + self.epsilon).astype(np.float32), self.clip)
+        return self._tensors[key]
 
     def state_arrays(self) -> Dict[str, np.ndarray]:
         """Statistics as arrays: count [1], mean [D], m2 [D] (float64)."""

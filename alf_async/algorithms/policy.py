@@ -16,6 +16,7 @@ import gin
 import numpy as np
 import torch
 
+from alf_async.algorithms.acting_policy import ActingPolicy, ActingWeights
 from alf_async.algorithms.normalizer import RunningNormalizer
 from alf_async.algorithms.sampling_streams import SamplingStreams
 from alf_async.algorithms.sde_draws import SdeDraws
@@ -97,6 +98,24 @@ class NeuralPolicy:
         self._streams.reseed(seed)
         if self._sde is not None:  # every env draws a new noise matrix at its next step
             self._sde.reset()
+
+    def acting_weights(self) -> Optional[ActingWeights]:
+        """The current weights for an ``ActingPolicy`` (None without numpy
+        inference: images, recurrent networks, ``numpy_inference=False``)."""
+        if self._numpy is None:
+            return None
+        return ActingWeights(self._numpy,
+                             self.normalizer.array_normalizer() if self.normalize else None)
+
+    def acting_copy(self) -> Optional[ActingPolicy]:
+        """A numpy copy of this policy that env workers act with
+        (``Trainer.acting_env_workers``): the same samples for the same seed,
+        stream and envs; None where numpy inference does not apply."""
+        weights = self.acting_weights()
+        if weights is None:
+            return None
+        sde = (None if self._sde is None else (self._sde.shape, self._sde.interval))
+        return ActingPolicy(weights, self._streams.seed, self.deterministic, sde)
 
     def _numpy_obs(self, observation: np.ndarray) -> np.ndarray:
         x = np.asarray(observation, np.float32)

@@ -18,6 +18,11 @@ import torch
 from alf_async.utils.seeding import derive_seed
 
 
+def stream_seed(seed: int, stream: int) -> int:
+    """The seed of stream ``stream`` of a policy seeded with ``seed``."""
+    return int(seed) if stream == 0 else derive_seed(seed, stream)
+
+
 class SamplingStreams:
     """(numpy generator, torch generator) per stream, made at first use.
 
@@ -37,7 +42,7 @@ class SamplingStreams:
         """Stream ``stream``'s (numpy, torch) generators."""
         generators = self._streams.get(stream)
         if generators is None:
-            seed = self.seed if stream == 0 else derive_seed(self.seed, stream)
+            seed = stream_seed(self.seed, stream)
             generators = (np.random.default_rng(seed), torch.Generator().manual_seed(seed))
             self._streams[stream] = generators
         return generators

@@ -357,20 +357,39 @@ class BatchedEnv:
         terminated = a["terminated"][envs].copy()
         truncated = a["truncated"][envs].copy()
         failed = a["env_failed"][envs].copy()
-        returns, lengths = self._episode_return[envs], self._episode_length[envs]
-        returns += reward  # views: updates the batch's running sums
-        lengths += 1
-        ended = terminated | truncated
-        if ended.any():
-            for j in np.flatnonzero(ended & ~failed):
-                self._finished.append((float(returns[j]), int(lengths[j])))
-                returns[j] = 0.0
-                lengths[j] = 0
+        self._count_step(envs, reward, terminated, truncated, failed)
         if failures:
             self._note_failures(failures)
         self._last_observation[envs] = a["observation"][envs]
         return StepResult(self._last_observation[envs].copy(), reward, terminated, truncated,
                           a["final_observation"][envs].copy(), failed)
+
+    def _count_step(self, envs: slice, reward: np.ndarray, terminated: np.ndarray,
+                    truncated: np.ndarray, failed: np.ndarray) -> None:
+        """Add a step of ``envs`` to their running episodes; an episode that
+        ended is reported unless its env failed (dropped)."""
+        returns, lengths = self._episode_return[envs], self._episode_length[envs]
+        returns += reward  # views: updates the batch's running sums
+        lengths += 1
+        ended = terminated | truncated
+        if ended.any():
+            for j in np.flatnonzero(ended):
+                if not failed[j]:
+                    self._finished.append((float(returns[j]), int(lengths[j])))
+                returns[j] = 0.0
+                lengths[j] = 0
+
+    def record_unroll(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                      env_failed: np.ndarray, last_observation: np.ndarray,
+                      failures: List[Tuple[int, str]]) -> None:
+        """The book-keeping of T steps that env workers took by themselves
+        (``acting_workers``): rows [T, K] of each step's results, the
+        observation [K, *O] after the last one and the failures met."""
+        for t in range(len(reward)):
+            self._count_step(slice(None), reward[t], terminated[t], truncated[t],
+                             env_failed[t])
+        self._failures += failures
+        self._last_observation[:] = last_observation
 
     def pop_finished_episodes(self) -> List[Tuple[float, int]]:
         """(return, length) of the episodes finished since the last call."""

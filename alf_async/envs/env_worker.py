@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from alf_async.envs.worker_acting import ACTING_COMMANDS, WorkerActing
 from alf_async.envs.env_errors import EnvError, _WorkerLost
 from alf_async.envs.env_group import EnvGroup
 from alf_async.envs.gym_env import import_env_modules
@@ -39,7 +40,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
     """
     init_child_process(signal.SIGKILL, expected_parent=parent_pid, name=ENV_WORKER_PROCESS_NAME)
     block = SharedArrays.attach(block_name, specs)
-    group = None
+    group = acting = None
     try:
         try:
             try:
@@ -48,6 +49,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
                 raise EnvError(env_name, None, traceback.format_exc()) from None
             group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
                              fatal_env_errors, time_feature)
+            acting = WorkerActing(group)
             conn.send_bytes(encode_reply([]))
         except EnvError as e:
             conn.send(("error", e))
@@ -60,10 +62,13 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
             if command is EnvCommand.CLOSE:
                 return
             try:
-                conn.send_bytes(encode_reply(group.run(command, args)))
+                runner = acting if command in ACTING_COMMANDS else group
+                conn.send_bytes(encode_reply(runner.run(command, args)))
             except EnvError as e:
                 conn.send(("error", e))
     finally:
+        if acting is not None:
+            acting.close()
         if group is not None:
             group.close()
         block.close()

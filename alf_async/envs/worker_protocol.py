@@ -52,6 +52,11 @@ class EnvCommand(enum.Enum):
     RESET = "reset"  # reset every env with its seed
     SET_SEED = "set_seed"  # (seed,): new base seed, then reset
     CLOSE = "close"  # end the worker
+    # Acting env workers (``envs.acting_workers``): the worker unrolls its envs.
+    ACT_SETUP = "act_setup"  # (rollout block name, specs, [(stream, split)], policy)
+    ACT_WEIGHTS = "act_weights"  # (weights,): the policy's new weights
+    ACT_RESEED = "act_reseed"  # (seed,): restart the policy's sampling streams
+    ACT_UNROLL = "act_unroll"  # (t0, t1): act and step rows t0 .. t1 - 1
 
 
 # The tags of the raw step messages (see the module docstring).

@@ -29,6 +29,7 @@ Shapes: B = batch, O = observation_dim, A = stored action width.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -47,20 +48,24 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x * (half + half * np.tanh(half * x))
 
 
-def _elu(alpha: float) -> Callable[[np.ndarray], np.ndarray]:
-    def elu(x: np.ndarray) -> np.ndarray:
-        return np.where(x > 0, x, np.float32(alpha) * np.expm1(np.minimum(x, 0)))
-    return elu
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0.0))
+
+
+def _elu(x: np.ndarray, alpha: float) -> np.ndarray:
+    return np.where(x > 0, x, np.float32(alpha) * np.expm1(np.minimum(x, 0)))
 
 
 def _activation(module: nn.Module) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-    """The numpy function of an activation module (None: not one we copy)."""
+    """The numpy function of an activation module (None: not one we copy);
+    module-level functions, so that a snapshot pickles (env workers that act
+    receive one: ``algorithms.acting_policy``)."""
     if type(module) is nn.Tanh:
         return np.tanh
     if type(module) is nn.ReLU:
-        return lambda x: np.maximum(x, np.float32(0.0))
+        return _relu
     if type(module) is nn.ELU:
-        return _elu(module.alpha)
+        return functools.partial(_elu, alpha=float(module.alpha))
     if type(module) is nn.SiLU:
         return _silu
     return None

@@ -28,7 +28,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_async.config import gin_imports
+from alf_async.envs.acting_workers import ActingWorkers
 from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.worker_acting import ROLLOUT_COLUMNS
 from alf_async.envs.env_errors import EnvError
 from alf_async.runtime import messages
 from alf_async.runtime.policy import (PolicyFactory, explores_per_env, has_sampling_streams,
@@ -83,9 +85,20 @@ class Actor:
             self.state_size = policy_state_size(self.policy)
             self._state = np.zeros((s.num_envs, self.state_size), np.float32)
             self._episode_start = np.ones(s.num_envs, bool)
+            self._acting = self._acting_workers()
         except BaseException:
             self.env.close()
             raise
+
+    def _acting_workers(self) -> Optional[ActingWorkers]:
+        """The env workers' side of the unroll where they can act
+        (``Trainer.acting_env_workers``, W >= 1, a policy with a numpy copy)."""
+        s = self.settings
+        if not (s.acting_env_workers and s.num_env_workers > 0 and self.state_size == 0):
+            return None
+        make_copy = getattr(self.policy, "acting_copy", None)
+        copy = make_copy() if make_copy is not None else None
+        return None if copy is None else ActingWorkers(self.env, s.unroll_length, copy)
 
     def reseed(self, epoch: int) -> None:
         """Reseed envs and sampling from (seed, actor, epoch) and reset the envs.
@@ -99,9 +112,13 @@ class Actor:
         self._episode_start[:] = True
         self.env.pop_finished_episodes()
         self.policy.reseed(s.policy_seed(self.actor_id, epoch, self.generation))
+        if self._acting is not None:
+            self._acting.reseed(s.policy_seed(self.actor_id, epoch, self.generation))
 
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.policy.load_weights(arrays)
+        if self._acting is not None:
+            self._acting.load_weights(self.policy.acting_weights())
         self.version = version
         self.digest = weights_digest(arrays)
 
@@ -134,6 +151,8 @@ class Actor:
         the state each env started it with and ``episode_start`` [T, K] marks
         the steps that begin an episode (the state was zero before them).
         """
+        if self._acting is not None and "next_observation" not in out:
+            return self._unroll_in_workers(out, on_step)
         start = time.perf_counter()
         timing = {"inference": 0.0, "env": 0.0}
         obs = self._observation  # [K, *O], updated group by group
@@ -225,6 +244,30 @@ class Actor:
                                      timing["env"], self.settings.steps_per_batch,
                                      self.env.pop_finished_episodes(), self.env.pop_failures())
 
+    def _unroll_in_workers(self, out: Dict[str, np.ndarray],
+                           on_step: Optional[Callable[[], None]]) -> messages.UnrollRecord:
+        """``unroll`` by acting env workers (``envs.acting_workers``): they
+        fill the rollout block; then it is copied into ``out``."""
+        start = time.perf_counter()
+        progress = self._acting.arrays["progress"]
+
+        def on_wait() -> None:
+            self.unroll_steps = int(progress.sum())
+            if on_step is not None:
+                on_step()
+
+        rollout, inference_s = self._acting.unroll(on_wait)
+        env_s = time.perf_counter() - start - inference_s
+        last = self.settings.unroll_length
+        for name in ROLLOUT_COLUMNS:
+            out[name][:] = rollout[name][:last]
+        self._observation = rollout["observation"][last].copy()
+        out["bootstrap_value"][:] = self.policy.value(self._observation)
+        self.unroll_steps = 0
+        return messages.UnrollRecord(time.perf_counter() - start, inference_s, env_s,
+                                     self.settings.steps_per_batch,
+                                     self.env.pop_finished_episodes(), self.env.pop_failures())
+
     def batch_message(self, slot: int, wait_s: float,
                       record: messages.UnrollRecord) -> messages.BatchReady:
         """The ``BatchReady`` announcing this actor's unroll ``record`` in ``slot``."""
@@ -232,7 +275,11 @@ class Actor:
                                    self.digest, wait_s, time.monotonic(), record)
 
     def close(self) -> None:
-        self.env.close()
+        try:
+            self.env.close()
+        finally:
+            if self._acting is not None:
+                self._acting.close()
 
 
 @dataclass
