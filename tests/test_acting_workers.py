@@ -160,3 +160,37 @@ def test_a_worker_killed_mid_unroll_is_replaced_and_the_unroll_completes():
         assert record.env_failures == []
     finally:
         actor.close()
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_stopped_mid_unroll_ends_its_unrolling_workers():
+    """An exception in the actor while its workers unroll (as a SIGTERM's
+    SystemExit would be): ``close`` ends the workers, which read no command
+    until their unroll is done, and releases the rollout block."""
+    unroll = 2000  # 20 s of sleeping per worker: still unrolling when stopped
+    actor = Actor(0, _settings(True, env=SLOW_ENV, unroll=unroll), _policy,
+                  env_modules=("alf_async.envs.latency",))
+    pids = actor.env.worker_pids
+    block = actor._acting.block.path
+    try:
+        specs = trajectory_specs(unroll, NUM_ENVS, actor.env.observation_spec,
+                                 actor.env.action_dim)
+        progress = actor._acting.arrays["progress"]
+
+        def stop_when_started():
+            if progress.min() >= 3:
+                raise _Stop
+
+        with pytest.raises(_Stop):
+            actor.unroll({k: np.zeros(v.shape, v.dtype) for k, v in specs.items()},
+                         on_step=stop_when_started)
+        assert progress.max() < unroll
+    finally:
+        actor.close()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
+                   psutil.STATUS_ZOMBIE for pid in pids)
+    assert not os.path.exists(block)

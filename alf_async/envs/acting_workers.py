@@ -81,6 +81,7 @@ class ActingWorkers:
                 stream = g if len(positions) == 1 else num_groups + p * env.num_splits + split
                 self._groups[p].append((stream, (split, env.num_splits)))
         self._envs = [np.asarray(w.indices, np.int64) for w in env._workers]
+        self._unrolling = False  # requests out (the workers read no other command)
         try:
             for p in range(len(env._workers)):
                 self._setup(p)
@@ -143,6 +144,7 @@ class ActingWorkers:
         r["observation"][0] = env.arrays["observation"]
         pending: Dict[int, Tuple[int, float]] = {}  # position -> (progress, when it moved)
         failures: List[Tuple[int, str]] = []
+        self._unrolling = True
         for p in range(len(env._workers)):
             self._request(p, EnvCommand.ACT_UNROLL, 0, T)
             pending[p] = (0, time.monotonic())
@@ -169,6 +171,7 @@ class ActingWorkers:
                         f"{env.worker_timeout_s:.0f} s"), pending, failures)
             if on_wait is not None:
                 on_wait()
+        self._unrolling = False
         env.record_unroll(r["reward"], r["terminated"], r["truncated"], r["env_failed"],
                           r["observation"][T], failures)
         return r, float(r["act_s"].sum()) / len(env._workers)
@@ -202,8 +205,15 @@ class ActingWorkers:
             pending[position] = (t + 1, time.monotonic())
 
     def close(self) -> None:
-        """Release the rollout block (the workers detach when they end). Safe
-        to call twice."""
+        """Release the rollout block (the workers detach when they end); call
+        before the batch's ``close``. Workers still unrolling (the actor was
+        stopped or failed mid-unroll) get SIGTERM now: they would read the
+        batch's CLOSE only after their last row. Safe to call twice."""
+        if self._unrolling:
+            for worker in self.env._workers:
+                if worker.process.is_alive():
+                    worker.process.terminate()
+            self._unrolling = False
         if self.block is not None:
             self.block.close()
             self.block = None

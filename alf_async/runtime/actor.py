@@ -276,10 +276,10 @@ class Actor:
 
     def close(self) -> None:
         try:
-            self.env.close()
-        finally:
             if self._acting is not None:
                 self._acting.close()
+        finally:
+            self.env.close()
 
 
 @dataclass
