@@ -42,7 +42,7 @@ unrolls the rows that are left.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -52,6 +52,10 @@ from alf_async.envs.worker_acting import WorkerGroups, rollout_specs
 from alf_async.envs.worker_protocol import EnvCommand, encode_request
 from alf_async.utils.shared_memory import SharedArrays
 
+if TYPE_CHECKING:  # for type hints only
+    from alf_async.envs.batched_env import BatchedEnv
+
+
 class ActingWorkers:
     """The batch's side: the rollout block and the unroll requests to the
     workers of ``env`` (a ``BatchedEnv`` with W >= 1; its package-internal
@@ -60,11 +64,13 @@ class ActingWorkers:
     Args:
         env: the batch whose workers act.
         unroll_length: T, rows per unroll.
-        policy: the ``ActingPolicy`` the workers act with (copied to each); the
-            batch keeps it to act for the envs of a worker that died mid-step.
+        policy: the ``algorithms.acting_policy.ActingPolicy`` the workers act
+            with (copied to each; this layer only calls its ``act``, ``value``,
+            ``load`` and ``reseed``); the batch keeps it to act for the envs of
+            a worker that died mid-step.
     """
 
-    def __init__(self, env, unroll_length: int, policy):
+    def __init__(self, env: "BatchedEnv", unroll_length: int, policy):
         if env.num_workers < 1:
             raise ValueError("acting env workers need num_workers >= 1")
         self.env = env
