@@ -194,3 +194,18 @@ def test_an_actor_stopped_mid_unroll_ends_its_unrolling_workers():
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
                    psutil.STATUS_ZOMBIE for pid in pids)
     assert not os.path.exists(block)
+
+
+@pytest.mark.timeout(240)
+def test_a_sync_run_with_env_workers_says_they_act(tmp_path):
+    from reliability_helpers import TrainRun, small_params
+
+    params = small_params("Trainer.num_env_workers=2", iterations=3)
+    with TrainRun(str(tmp_path / "run"), params) as run:
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert "the env workers act for their envs and unroll them by themselves" in out, \
+        out[-3000:]
+    assert run.metrics()[-1]["iteration"] == 3

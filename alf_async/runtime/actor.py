@@ -266,7 +266,8 @@ class Actor:
         self.unroll_steps = 0
         return messages.UnrollRecord(time.perf_counter() - start, inference_s, env_s,
                                      self.settings.steps_per_batch,
-                                     self.env.pop_finished_episodes(), self.env.pop_failures())
+                                     self.env.pop_finished_episodes(), self.env.pop_failures(),
+                                     acting_env_workers=True)
 
     def batch_message(self, slot: int, wait_s: float,
                       record: messages.UnrollRecord) -> messages.BatchReady:

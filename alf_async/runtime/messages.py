@@ -39,6 +39,8 @@ class UnrollRecord:
         episodes: (return, length) of the episodes that ended during the unroll.
         env_failures: (env index, traceback) of envs that failed and were
             recreated during the unroll (their episodes are not in ``episodes``).
+        acting_env_workers: the actor's env workers acted for their envs and
+            unrolled them by themselves (``envs.acting_workers``).
     """
 
     unroll_s: float
@@ -47,6 +49,7 @@ class UnrollRecord:
     env_steps: int
     episodes: List[Tuple[float, int]] = field(default_factory=list)
     env_failures: List[Tuple[int, str]] = field(default_factory=list)
+    acting_env_workers: bool = False
 
 
 @dataclass

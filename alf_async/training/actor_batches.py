@@ -81,6 +81,10 @@ class ActorBatches:
             got = self.pool.next_batch(interval)
             if got is not None:
                 self._first_received = True
+                if got[0].unroll.acting_env_workers:
+                    logger.info("the env workers act for their envs and unroll them by "
+                                "themselves (Trainer.acting_env_workers; one request per "
+                                "unroll)")
                 return got
             print(first_batch_progress(self.pool.stats().unroll_steps,
                                        self.settings.steps_per_batch,
