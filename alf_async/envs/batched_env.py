@@ -33,6 +33,7 @@ import numpy as np
 from alf_async.envs.env_errors import EnvError, _WorkerLost
 from alf_async.envs.env_group import EnvGroup
 from alf_async.envs.env_worker import _Worker, stop_workers
+from alf_async.envs.episode_book import EpisodeBook
 from alf_async.envs.gym_env import env_spec, import_env_modules
 from alf_async.envs.step_groups import AnswerPoller, first_ready, split_groups
 from alf_async.envs.worker_protocol import EnvCommand, batch_specs, encode_request
@@ -139,10 +140,7 @@ class BatchedEnv:
         self._group: Optional[EnvGroup] = None
         self._workers: List[_Worker] = []
         self._worker_restarts = 0
-        self._episode_return = np.zeros(num_envs, np.float64)
-        self._episode_length = np.zeros(num_envs, np.int64)
-        self._finished: List[Tuple[float, int]] = []
-        self._failures: List[Tuple[int, str]] = []
+        self.episodes = EpisodeBook(num_envs)
         self._last_observation = np.zeros((num_envs,) + obs.shape, obs.dtype)
         try:
             if num_workers == 0:
@@ -280,16 +278,12 @@ class BatchedEnv:
 
     # -- the env interface ----------------------------------------------------
     def _note_failures(self, failures: List[Tuple[int, str]]) -> None:
-        for k, details in failures:
-            self._failures.append((k, details))
-            self._episode_return[k] = 0.0
-            self._episode_length[k] = 0
+        self.episodes.note_failures(failures)
 
     def reset(self) -> np.ndarray:
         """Reset all envs with their seeds; returns observation [K, O]."""
         self._note_failures(self._run(EnvCommand.RESET))
-        self._episode_return[:] = 0
-        self._episode_length[:] = 0
+        self.episodes.restart()
         self._last_observation = self.arrays["observation"].copy()
         return self._last_observation.copy()
 
@@ -298,8 +292,7 @@ class BatchedEnv:
         dropped); returns observation [K, O]."""
         self.seed = seed
         self._note_failures(self._run(EnvCommand.SET_SEED, seed))
-        self._episode_return[:] = 0
-        self._episode_length[:] = 0
+        self.episodes.restart()
         self._last_observation = self.arrays["observation"].copy()
         return self._last_observation.copy()
 
@@ -357,49 +350,31 @@ class BatchedEnv:
         terminated = a["terminated"][envs].copy()
         truncated = a["truncated"][envs].copy()
         failed = a["env_failed"][envs].copy()
-        self._count_step(envs, reward, terminated, truncated, failed)
+        self.episodes.count_step(envs, reward, terminated, truncated, failed)
         if failures:
             self._note_failures(failures)
         self._last_observation[envs] = a["observation"][envs]
         return StepResult(self._last_observation[envs].copy(), reward, terminated, truncated,
                           a["final_observation"][envs].copy(), failed)
 
-    def _count_step(self, envs: slice, reward: np.ndarray, terminated: np.ndarray,
-                    truncated: np.ndarray, failed: np.ndarray) -> None:
-        """Add a step of ``envs`` to their running episodes; an episode that
-        ended is reported unless its env failed (dropped)."""
-        returns, lengths = self._episode_return[envs], self._episode_length[envs]
-        returns += reward  # views: updates the batch's running sums
-        lengths += 1
-        ended = terminated | truncated
-        if ended.any():
-            for j in np.flatnonzero(ended):
-                if not failed[j]:
-                    self._finished.append((float(returns[j]), int(lengths[j])))
-                returns[j] = 0.0
-                lengths[j] = 0
-
     def record_unroll(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
                       env_failed: np.ndarray, last_observation: np.ndarray,
                       failures: List[Tuple[int, str]]) -> None:
         """The book-keeping of T steps that env workers took by themselves
         (``acting_workers``): rows [T, K] of each step's results, the
-        observation [K, *O] after the last one and the failures met."""
-        for t in range(len(reward)):
-            self._count_step(slice(None), reward[t], terminated[t], truncated[t],
-                             env_failed[t])
-        self._failures += failures
+        observation [K, *O] after the last one and the failures met (each
+        already a failed step in the rows)."""
+        self.episodes.count_steps(reward, terminated, truncated, env_failed)
+        self.episodes.note_failures(failures, drop=False)
         self._last_observation[:] = last_observation
 
     def pop_finished_episodes(self) -> List[Tuple[float, int]]:
         """(return, length) of the episodes finished since the last call."""
-        finished, self._finished = self._finished, []
-        return finished
+        return self.episodes.pop_finished_episodes()
 
     def pop_failures(self) -> List[Tuple[int, str]]:
         """(env index, traceback or reason) of env failures since the last call."""
-        failures, self._failures = self._failures, []
-        return failures
+        return self.episodes.pop_failures()
 
     def close(self) -> None:
         """End the workers and release the shared memory. Safe to call twice."""
