@@ -18,6 +18,15 @@ Prints one JSON line: {"library": "sb3", "env": ..., "env_steps": ... (agent
 steps, 4 frames each), "learn_s", "env_steps_per_s", "rollout_s" (collection),
 "update_s" (the rest), "last_return" (mean game score of the last 20 finished
 games), "setup_s"}.
+
+Long learning runs (bench/pong_learning.py) resume across sessions: with
+``--save_dir`` the model is saved there every ``--save_every`` agent steps and
+when the run stops, a run with the same directory continues from the saved
+model (the schedules continue over the whole ``--steps`` budget), and every
+rollout appends {"env_steps", "wall_s" (learning seconds summed over resumes),
+"return" (mean score of the last 100 finished games), "games"} to
+``progress.jsonl`` there. ``--stop_after_s`` ends a session's learning after
+that many seconds (saved; run again to continue).
 """
 
 from __future__ import annotations
@@ -53,10 +62,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, required=True, help="agent-step budget (all envs)")
     p.add_argument("--num_envs", type=int, default=ZOO_ATARI["n_envs"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save_dir", default=None, help="save and resume the run here")
+    p.add_argument("--save_every", type=int, default=100_000, help="agent steps")
+    p.add_argument("--stop_after_s", type=float, default=None,
+                   help="stop learning after this many seconds (resumable)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sb3_timing import rollout_timer
+    from sb3_timing import progress_saver, rollout_timer
 
     import torch
     from stable_baselines3 import PPO
@@ -69,20 +82,33 @@ def main(argv=None) -> int:
     venv = make_atari_env(MakeAtari(args.env), n_envs=args.num_envs, seed=args.seed,
                           vec_env_cls=SubprocVecEnv)
     venv = VecFrameStack(venv, n_stack=4)
-    model = PPO("CnnPolicy", venv, seed=args.seed, verbose=0, **hp,
-                learning_rate=lambda progress: progress * lr,  # the zoo's lin_2.5e-4
-                clip_range=lambda progress: progress * clip)  # lin_0.1
+    saved = os.path.join(args.save_dir, "model.zip") if args.save_dir else None
+    if saved and os.path.isfile(saved):  # resume: weights, optimizer, schedules, steps
+        model = PPO.load(saved, env=venv)
+    else:
+        model = PPO("CnnPolicy", venv, seed=args.seed, verbose=0, **hp,
+                    learning_rate=lambda progress: progress * lr,  # the zoo's lin_2.5e-4
+                    clip_range=lambda progress: progress * clip)  # lin_0.1
+    done_before = int(model.num_timesteps)
 
     split = rollout_timer()
+    callbacks = [split]
+    if args.save_dir:
+        callbacks.append(progress_saver(args.save_dir, args.save_every, args.stop_after_s))
     setup_s = time.perf_counter() - start
     learn_start = time.perf_counter()
-    model.learn(total_timesteps=args.steps, callback=split)
+    if args.steps > done_before:
+        model.learn(total_timesteps=args.steps - done_before, callback=callbacks,
+                    reset_num_timesteps=done_before == 0)
     learn_s = time.perf_counter() - learn_start
-    steps = int(model.num_timesteps)
+    if saved:
+        model.save(saved)
+    steps = int(model.num_timesteps) - done_before
     venv.close()
     print(json.dumps({
         "library": "sb3", "env": args.env, "num_envs": args.num_envs, "env_steps": steps,
-        "learn_s": learn_s, "env_steps_per_s": steps / learn_s, "rollout_s": split.rollout_s,
+        "total_env_steps": int(model.num_timesteps),
+        "learn_s": learn_s, "env_steps_per_s": steps / max(learn_s, 1e-9), "rollout_s": split.rollout_s,
         "update_s": learn_s - split.rollout_s, "setup_s": setup_s,
         "last_return": (sum(split.returns) / len(split.returns)) if split.returns else None,
         "torch_threads": torch.get_num_threads()}), flush=True)
