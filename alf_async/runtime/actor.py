@@ -30,8 +30,8 @@ import numpy as np
 from alf_async.config import gin_imports
 from alf_async.envs.acting_workers import ActingWorkers
 from alf_async.envs.batched_env import BatchedEnv
-from alf_async.envs.worker_acting import ROLLOUT_COLUMNS
 from alf_async.envs.env_errors import EnvError
+from alf_async.envs.worker_acting import ROLLOUT_COLUMNS
 from alf_async.runtime import messages
 from alf_async.runtime.policy import (PolicyFactory, explores_per_env, has_sampling_streams,
                                      policy_state_size)
