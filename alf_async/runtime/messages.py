@@ -26,6 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+# Seconds between heartbeats of a busy actor (see TrainerSettings.actor_timeout_s).
+HEARTBEAT_INTERVAL_S = 2.0
+
 
 @dataclass
 class UnrollRecord:

@@ -23,7 +23,7 @@ import numpy as np
 
 from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime import messages
-from alf_async.runtime.actor import ActorLaunch, actor_process_main
+from alf_async.runtime.actor_process import ActorLaunch, actor_process_main
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
                                          check_restart_allowed, last_line, wait_for_batch)
 from alf_async.runtime.policy import PolicyFactory

@@ -20,7 +20,8 @@ import numpy as np
 
 from alf_async.config import gin_imports
 from alf_async.runtime import messages
-from alf_async.runtime.actor import Actor, build_policy_factory, shorten_failures
+from alf_async.runtime.actor import Actor
+from alf_async.runtime.actor_process import build_policy_factory, shorten_failures
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import TrainerSettings
 from alf_async.utils.shared_memory import sweep_stale_blocks

@@ -44,7 +44,7 @@ import numpy as np
 from alf_async.envs.env_errors import EnvError
 from alf_async.envs.spaces import ObservationSpec
 from alf_async.runtime import messages
-from alf_async.runtime.actor import HEARTBEAT_INTERVAL_S
+from alf_async.runtime.messages import HEARTBEAT_INTERVAL_S
 from alf_async.runtime.actor_pool import (ActorPoolError, ActorStartupError, PoolStats,
                                          check_restart_allowed, last_line, wait_for_batch)
 from alf_async.runtime.policy import PolicyFactory

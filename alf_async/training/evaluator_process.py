@@ -117,7 +117,7 @@ def _build(launch: EvaluatorLaunch) -> Tuple[Any, List[Any]]:
     one torch thread, the run's network bindings)."""
     from alf_async.config import gin_imports
     from alf_async.envs.gym_env import import_env_modules, make_env
-    from alf_async.runtime.actor import build_policy_factory
+    from alf_async.runtime.actor_process import build_policy_factory
 
     import_env_modules(gin_imports(launch.gin_config))
     if launch.algorithm == "sac":

@@ -59,7 +59,7 @@ ENV_PROBE_PROCESS_NAME = "alf-env-probe"
 
 # Imported once by the server the policy-running children are forked from
 # (gymnasium: every actor's envs, and the env workers forked from the actor).
-TORCH_CHILD_MODULES = ("torch", "gin", "gymnasium", "alf_async.runtime.actor",
+TORCH_CHILD_MODULES = ("torch", "gin", "gymnasium", "alf_async.runtime.actor_process",
                        "alf_async.hogwild.worker", "alf_async.algorithms.policy",
                        "alf_async.algorithms.sac_policy", "alf_async.training.evaluator_process")
 
