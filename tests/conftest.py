@@ -2,7 +2,8 @@
 
 ``no_leaks`` (autouse) records the test process's children and the alf_async
 shared-memory blocks before a test and fails the test if new ones are still there
-a few seconds after it ends.
+a few seconds after it ends (a block left by a dead process counts in the pytest
+worker whose process tree the process was in: ``TreeWatcher``).
 """
 
 from __future__ import annotations
@@ -39,18 +40,68 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1) -> bool:
     return predicate()
 
 
-def _new_blocks_of_this_test(blocks_before):
-    """New blocks, except those owned by a live process outside this process tree.
+class TreeWatcher:
+    """The pids that have been in this process's tree (itself and its
+    descendants) since the test session began: a daemon thread samples the tree
+    every ``interval`` seconds. A process that dies without releasing its
+    shared memory (a SIGKILLed trainer) is still known afterwards as ours or
+    not, so a block it left counts as a leak only in the pytest worker that
+    started it, not in another worker whose test happens to end while the
+    block is there."""
 
-    Other test runs and trainings on the same machine create their own blocks while
-    a test runs; those are not this test's leaks. A block counts if its owner
-    (the pid in its name) is this process, one of its descendants, or gone.
+    def __init__(self, interval: float = 0.05):
+        import threading
+
+        self._seen = {os.getpid()}
+        self._lock = threading.Lock()
+        self._interval = interval
+        threading.Thread(target=self._run, name="tree-watcher", daemon=True).start()
+
+    def sample(self) -> set:
+        """The tree now (also added to what was seen)."""
+        try:
+            now = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+        except psutil.Error:
+            now = {os.getpid()}
+        with self._lock:
+            self._seen |= now
+        return now
+
+    def seen(self, pid: int) -> bool:
+        with self._lock:
+            return pid in self._seen
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(self._interval)
+
+
+_tree: "TreeWatcher | None" = None
+
+
+def process_tree() -> TreeWatcher:
+    global _tree
+    if _tree is None:
+        _tree = TreeWatcher()
+    return _tree
+
+
+def _new_blocks_of_this_test(blocks_before):
+    """New blocks whose owner (the pid in the name) is this process or one of
+    its descendants, or is gone after having been one of them.
+
+    Other test runs and trainings on the same machine (another pytest worker
+    included) create and orphan blocks of their own while a test runs; those
+    are not this test's leaks. A block without an owner in its name counts.
     """
-    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    tree = process_tree()
+    ours = tree.sample()
     leaked = set()
     for name in set(list_blocks()) - blocks_before:
         owner = block_owner_pid(name)
-        if owner is None or owner in ours or not psutil.pid_exists(owner):
+        if owner is None or owner in ours or (not psutil.pid_exists(owner)
+                                              and tree.seen(owner)):
             leaked.add(name)
     return leaked
 
@@ -87,6 +138,7 @@ def fresh_gin_config():
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail a test that leaves child processes or shared-memory blocks behind."""
+    process_tree()  # watching from the first test on
     children_before = _children()
     blocks_before = set(list_blocks())
     yield

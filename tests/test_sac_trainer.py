@@ -230,8 +230,14 @@ def test_a_polling_learner_gets_a_batch_that_has_arrived(tmp_path):
     try:
         pool.publish_weights(weights(0), 0)
         pool.start()
-        time.sleep(3.0)  # the first unroll (a few ms) has long finished
-        got = pool.next_batch(timeout=0.0)
+        # Polled with timeout=0 only, as a learner between gradient steps does:
+        # with a next_batch that did not read the pipe at timeout 0, no batch
+        # would ever come.
+        got, deadline = None, time.monotonic() + 60.0
+        while got is None and time.monotonic() < deadline:
+            got = pool.next_batch(timeout=0.0)
+            if got is None:
+                time.sleep(0.01)
         assert got is not None and got[0].actor_id == 0
         pool.release(got[0])
     finally:
