@@ -14,22 +14,16 @@ command's own resume); a finished run is appended to ``--results`` and skipped
 afterwards. Wall times are the runs' training wall time (``wall_time`` of the
 metrics, summed over resumes, start-up excluded).
 
-The report, per env (a markdown table on stderr; ``--table`` only reads
-``--results``): the zoo's published score; for sync and async, the deterministic
-eval return at 1M and at 2M env steps (mean and [min - max] over seeds), the
-env steps and the wall time to an eval return of 1000, of 2000 and of the
-zoo's score (and to 90% of it), as medians over the seeds that got there
-("k/n" says how many did), and env steps/s; then, per env and per seed run in
-both modes, async's env steps and time to each threshold over sync's (the lag
-targets are stated per seed). ``--plot_dir`` also draws eval return against env
-steps and against wall time, one figure per env.
-
-The zoo's numbers (DLR-RM/rl-baselines3-zoo, benchmark.md, PPO, 2M env steps,
-deterministic evaluation): ZOO_PPO_SCORES below.
+The report (bench/suite_report.py: markdown tables on stderr, figures with
+``--plot_dir``; ``--table`` only reads ``--results``): per env, eval return at
+1M and 2M env steps and the env steps and time to each threshold for sync and
+async; async over sync per seed; and the seed-to-seed spread of each config.
 
 Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
 {...}}}, "seed_ratios": {env: {seed: {threshold: [steps ratio, time ratio] or
-"async only" / "sync only" / null}}}}.
+"async only" / "sync only" / null}}}, "seed_spread": {env: {mode: {threshold:
+{"max": largest env-step ratio between two seeds, "pairs": ..., "above_1.3":
+...}}}}, "figures": [...]}.
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
@@ -46,23 +40,13 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional
 
 from bench import benchlib
+from bench.suite_report import (CHECKPOINTS, MODES, ZOO_PPO_SCORES, eval_at,
+                                first_at_or_above, report, threshold_scores)
 
 logger = logging.getLogger("bench")
-
-# env key -> (gymnasium id, the zoo's published PPO score at 2M env steps)
-ZOO_PPO_SCORES: Dict[str, tuple] = {
-    "half_cheetah": ("HalfCheetahBulletEnv-v0", 2925.0),
-    "ant": ("AntBulletEnv-v0", 2866.0),
-    "hopper": ("HopperBulletEnv-v0", 2575.0),
-    "walker2d": ("Walker2DBulletEnv-v0", 2110.0),
-}
-MODES = ("sync", "async")
-CHECKPOINTS = (1_000_000, 2_000_000)  # env steps the eval return is reported at
-FIXED_THRESHOLDS = (1000, 1500, 2000, 2500)  # eval returns reported beside the zoo's
-
 
 def gin_file(env: str, mode: str) -> str:
     return f"{'async_' if mode == 'async' else ''}ppo_bullet_{env}.gin"
@@ -100,28 +84,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                 f"modes: {', '.join(MODES)}")
     args.seeds = benchlib.parse_int_list(args.seeds)
     return args
-
-
-def first_at_or_above(points: Sequence[Sequence[float]], score: float
-                      ) -> Optional[Sequence[float]]:
-    """The first evaluation [env steps, wall s, eval return] whose return is
-    >= ``score``."""
-    return next((p for p in points if p[2] >= score), None)
-
-
-def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
-    """The eval return of the weights at ``env_steps``: the first evaluation at
-    or after it (evaluations fall on the first iteration past each multiple of
-    the interval, and at the end of the budget); None if the run stopped
-    earlier."""
-    hit = next((e for e in evals if e["env_steps"] >= env_steps), None)
-    return None if hit is None else hit["eval_return"]
-
-
-def threshold_scores(zoo: float) -> List[tuple]:
-    """(name, eval return) of the thresholds reported: the fixed ones, the
-    zoo's score and 90% of it."""
-    return [(str(t), float(t)) for t in FIXED_THRESHOLDS] + [("zoo", zoo), ("zoo90", 0.9 * zoo)]
 
 
 def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
@@ -169,175 +131,6 @@ def one_run(env: str, mode: str, seed: int, args: argparse.Namespace) -> Optiona
     return result
 
 
-def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """env -> mode -> medians, ranges and reach counts over the seeds."""
-    summary: Dict[str, Dict[str, Dict[str, Any]]] = {}
-    for env in ZOO_PPO_SCORES:
-        for mode in MODES:
-            runs = [r for r in results if r["env"] == env and r["mode"] == mode]
-            if not runs:
-                continue
-            entry: Dict[str, Any] = {"runs": len(runs), "seeds": [r["seed"] for r in runs]}
-            for key in ("eval_at_1M", "eval_at_2M"):
-                values = [r[key] for r in runs if r.get(key) is not None]
-                entry[key] = benchlib.mean(values) if values else None
-                entry[key + "_range"] = [min(values), max(values)] if values else None
-            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-                # from each run's evaluations [env steps, wall s, return], so
-                # that results written before a threshold was added count too
-                hits = [first_at_or_above(r["evaluations"], score) for r in runs]
-                steps = [h[0] for h in hits if h is not None]
-                walls = [h[1] for h in hits if h is not None]
-                entry[f"reached_{name}"] = len(steps)
-                entry[f"steps_to_{name}"] = benchlib.median(steps) if steps else None
-                entry[f"wall_s_to_{name}"] = benchlib.median(walls) if walls else None
-            entry["env_steps_per_s"] = benchlib.median(
-                r["env_steps_per_s"] for r in runs if r.get("env_steps_per_s"))
-            summary.setdefault(env, {})[mode] = entry
-    return summary
-
-
-def _score(value: Optional[float], spread: Optional[List[float]] = None) -> str:
-    if value is None:
-        return "-"
-    if spread is None or spread[0] == spread[1]:
-        return f"{value:.0f}"
-    return f"{value:.0f} [{spread[0]:.0f} - {spread[1]:.0f}]"
-
-
-def _reach(entry: Dict[str, Any], name: str) -> str:
-    steps, wall = entry[f"steps_to_{name}"], entry[f"wall_s_to_{name}"]
-    if steps is None:
-        return f"- (0/{entry['runs']})"
-    return f"{steps / 1e6:.2f}M, {wall / 60:.0f} min ({entry[f'reached_{name}']}/{entry['runs']})"
-
-
-def _ratio(num: Optional[float], den: Optional[float]) -> str:
-    return "-" if num is None or den is None or not den else f"{num / den:.2f}"
-
-
-def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
-    """One table per env: rows sync / async, and async / sync where both have
-    the figure."""
-    out = []
-    for env, modes in summary.items():
-        env_id, zoo = ZOO_PPO_SCORES[env]
-        names = [name for name, _ in threshold_scores(zoo)]
-        labels = [f"to {t}" for t in FIXED_THRESHOLDS] + [f"to {zoo:.0f} (zoo)",
-                                                          f"to {0.9 * zoo:.0f} (90%)"]
-        out += [f"### {env_id} (zoo PPO: {zoo:.0f})", "",
-                "| mode | eval at 1M | eval at 2M | " + " | ".join(labels) + " | env steps/s |",
-                "|---|---:|---:|" + "---:|" * len(labels) + "---:|"]
-        for mode, e in modes.items():
-            out.append(f"| {mode} | {_score(e['eval_at_1M'], e['eval_at_1M_range'])} "
-                       f"| {_score(e['eval_at_2M'], e['eval_at_2M_range'])} | "
-                       + " | ".join(_reach(e, n) for n in names)
-                       + f" | {e['env_steps_per_s']:.0f} |")
-        if "sync" in modes and "async" in modes:
-            s, a = modes["sync"], modes["async"]
-            cells = [f"{_ratio(a[f'steps_to_{n}'], s[f'steps_to_{n}'])} steps, "
-                     f"{_ratio(a[f'wall_s_to_{n}'], s[f'wall_s_to_{n}'])} time" for n in names]
-            out.append(f"| async / sync | {_ratio(a['eval_at_1M'], s['eval_at_1M'])} "
-                       f"| {_ratio(a['eval_at_2M'], s['eval_at_2M'])} | " + " | ".join(cells)
-                       + f" | {_ratio(a['env_steps_per_s'], s['env_steps_per_s'])} |")
-        out.append("")
-    out.append("Eval: mean over seeds [min - max]; to X: median env steps (M) and training "
-               "minutes over the seeds that got there (k/n seeds); async / sync: ratios of "
-               "those medians.")
-    return "\n".join(out)
-
-
-def seed_ratios(results: Sequence[Dict[str, Any]]
-                ) -> Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]]:
-    """env -> seed -> threshold name -> (async / sync env steps, async / sync
-    training seconds) to that threshold, for the seeds run in both modes;
-    "async only" or "sync only" where one run never reached it, None where
-    neither did. The lag targets (async within 1.15x sync's steps, no seed
-    above 1.3x) are read per seed from this."""
-    ratios: Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]] = {}
-    for env in ZOO_PPO_SCORES:
-        by_mode = {(r["mode"], r["seed"]): r for r in results if r["env"] == env}
-        for seed in sorted({seed for mode, seed in by_mode}):
-            if ("sync", seed) not in by_mode or ("async", seed) not in by_mode:
-                continue
-            sync, async_ = by_mode[("sync", seed)], by_mode[("async", seed)]
-            cells: Dict[str, Union[None, str, tuple]] = {}
-            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-                s = first_at_or_above(sync["evaluations"], score)
-                a = first_at_or_above(async_["evaluations"], score)
-                if s is None or a is None:
-                    cells[name] = (None if s is None and a is None
-                                   else "async only" if s is None else "sync only")
-                else:
-                    cells[name] = (a[0] / s[0], a[1] / s[1])
-            ratios.setdefault(env, {})[seed] = cells
-    return ratios
-
-
-def _seed_cell(cell: Union[None, str, tuple]) -> str:
-    if cell is None or isinstance(cell, str):
-        return cell or "-"
-    return f"{cell[0]:.2f} steps, {cell[1]:.2f} time"
-
-
-def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
-    """Markdown: per env, one row per seed run in both modes, async / sync
-    env steps and time to each threshold."""
-    out = []
-    for env, seeds in seed_ratios(results).items():
-        env_id, zoo = ZOO_PPO_SCORES[env]
-        names = [name for name, _ in threshold_scores(zoo)]
-        labels = [str(t) for t in FIXED_THRESHOLDS] + [f"{zoo:.0f} (zoo)", f"{0.9 * zoo:.0f} (90%)"]
-        out += [f"### {env_id}: async / sync per seed", "",
-                "| seed | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-        for seed, cells in seeds.items():
-            out.append(f"| {seed} | " + " | ".join(
-                _seed_cell(cells[n]) for n in names) + " |")
-        out.append("")
-    if out:
-        out.append("Per seed: env steps and training time to the first evaluation at or above "
-                   "each return, async's over sync's; \"async only\" / \"sync only\": the "
-                   "other run never got there; -: neither did.")
-    return "\n".join(out)
-
-
-def plot(results: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
-    """suite_<env>.png: eval return against env steps and against wall time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(plot_dir, exist_ok=True)
-    written = []
-    for env, (env_id, zoo) in ZOO_PPO_SCORES.items():
-        runs = [r for r in results if r["env"] == env]
-        if not runs:
-            continue
-        fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
-        for r in runs:
-            points = r["evaluations"]
-            style = "-" if r["mode"] == "sync" else "--"
-            label = f"{r['mode']} seed {r['seed']}"
-            by_steps.plot([p[0] / 1e6 for p in points], [p[2] for p in points], style,
-                          label=label)
-            by_time.plot([p[1] / 60 for p in points], [p[2] for p in points], style,
-                         label=label)
-        for axis, xlabel in ((by_steps, "env steps (M)"), (by_time, "training wall time (min)")):
-            axis.axhline(zoo, color="grey", linestyle=":", label="zoo PPO at 2M")
-            axis.set_xlabel(xlabel)
-            axis.set_ylabel("deterministic eval return")
-            axis.grid(alpha=0.3)
-        by_steps.legend(fontsize=7)
-        fig.suptitle(env_id)
-        fig.tight_layout()
-        path = os.path.join(plot_dir, f"suite_{env}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     benchlib.claim_stdout()
     benchlib.setup_logging()
@@ -357,15 +150,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         with open(args.results, "a", encoding="utf-8") as f:
                             f.write(json.dumps(result) + "\n")
     results = benchlib.read_jsonl(args.results)
-    summary = summarize(results)
-    print(markdown_tables(summary), file=sys.stderr)
-    print(seed_ratio_tables(results), file=sys.stderr)
-    figures = plot(results, args.plot_dir) if args.plot_dir else []
-    ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
-              for env, seeds in seed_ratios(results).items()}
     benchlib.emit({"bench": "suite", "results": os.path.abspath(args.results),
-                   "envs": summary, "seed_ratios": ratios, "figures": figures,
-                   **benchlib.machine_info()})
+                   **report(results, args.plot_dir), **benchlib.machine_info()})
     return 0
 
 

@@ -29,7 +29,8 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from bench import benchlib
-from bench.suite import ZOO_PPO_SCORES, gin_file
+from bench.suite import gin_file
+from bench.suite_report import ZOO_PPO_SCORES
 
 logger = logging.getLogger("bench")
 SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sb3_ppo.py")

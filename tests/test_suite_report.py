@@ -1,7 +1,7 @@
-"""bench/suite.py's report: the per-seed async / sync ratios that issue 24's lag
+"""bench/suite_report.py: the per-seed async / sync ratios that issue 24's lag
 targets are read from (no training: made-up evaluation curves)."""
 
-from bench import suite
+from bench import suite_report as suite
 
 
 def _run(mode: str, seed: int, curve):
@@ -32,3 +32,22 @@ def test_per_seed_ratios_compare_each_seeds_async_run_with_its_own_sync_run():
     assert "| 0 | 0.50 steps, 0.25 time |" in table
     assert "| 1 | 3.00 steps, 1.50 time |" in table
     assert "sync only" in table and "async only" in table
+
+
+def test_seed_spread_compares_every_ordered_pair_of_seeds_of_one_config():
+    results = [
+        _run("sync", 0, [[100_000, 10.0, 1000.0], [200_000, 20.0, 2000.0]]),
+        _run("sync", 1, [[200_000, 20.0, 1000.0], [300_000, 30.0, 1500.0]]),
+        _run("sync", 2, [[150_000, 15.0, 1200.0]]),
+        _run("async", 0, [[100_000, 5.0, 1000.0]]),  # one seed: no spread
+    ]
+    spread = suite.seed_spread(results)
+    assert list(spread["half_cheetah"]) == ["sync"]
+    at_1000 = spread["half_cheetah"]["sync"]["1000"]
+    # first hits at 1000: 100k, 200k, 150k -> six ordered pairs, largest 2.0;
+    # above 1.3: 200/100 and 150/100 (1.5); 200/150 = 1.33 too
+    assert at_1000["pairs"] == 6 and at_1000["max"] == 2.0
+    assert at_1000["above_1.3"] == 3
+    assert spread["half_cheetah"]["sync"]["2000"] == {"max": None, "pairs": 0, "above_1.3": 0}
+    table = suite.seed_spread_tables(results)
+    assert "| sync (0, 1, 2) | 2.00 (3/6 above 1.3) |" in table

@@ -1,0 +1,304 @@
+"""The report of bench/suite.py: tables and figures from its results (one JSON
+line per finished run; no training here).
+
+Per env: the zoo's published PPO score; for sync and async, the deterministic
+eval return at 1M and 2M env steps (mean and [min - max] over seeds), the env
+steps and training time to each threshold (1000, 1500, 2000, 2500, the zoo's
+score and 90% of it) as medians over the seeds that got there; per seed run in
+both modes, async's env steps and time to each threshold over sync's (issue
+24's lag targets are stated per seed); and the seed-to-seed spread of one
+config (each run against every other seed's run of the same env and mode),
+the ratio a per-seed target has to be read against. Figures: eval return
+against env steps and against training time, one per env.
+
+The zoo's numbers (DLR-RM/rl-baselines3-zoo, benchmark.md, PPO, 2M env steps,
+deterministic evaluation of the final agent over 150k env steps):
+ZOO_PPO_SCORES below.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from bench import benchlib
+
+# env key -> (gymnasium id, the zoo's published PPO score at 2M env steps)
+ZOO_PPO_SCORES: Dict[str, tuple] = {
+    "half_cheetah": ("HalfCheetahBulletEnv-v0", 2925.0),
+    "ant": ("AntBulletEnv-v0", 2866.0),
+    "hopper": ("HopperBulletEnv-v0", 2575.0),
+    "walker2d": ("Walker2DBulletEnv-v0", 2110.0),
+}
+MODES = ("sync", "async")
+CHECKPOINTS = (1_000_000, 2_000_000)  # env steps the eval return is reported at
+FIXED_THRESHOLDS = (1000, 1500, 2000, 2500)  # eval returns reported beside the zoo's
+
+
+def first_at_or_above(points: Sequence[Sequence[float]], score: float
+                      ) -> Optional[Sequence[float]]:
+    """The first evaluation [env steps, wall s, eval return] whose return is
+    >= ``score``."""
+    return next((p for p in points if p[2] >= score), None)
+
+
+def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
+    """The eval return of the weights at ``env_steps``: the first evaluation at
+    or after it (evaluations fall on the first iteration past each multiple of
+    the interval, and at the end of the budget); None if the run stopped
+    earlier."""
+    hit = next((e for e in evals if e["env_steps"] >= env_steps), None)
+    return None if hit is None else hit["eval_return"]
+
+
+def threshold_scores(zoo: float) -> List[tuple]:
+    """(name, eval return) of the thresholds reported: the fixed ones, the
+    zoo's score and 90% of it."""
+    return [(str(t), float(t)) for t in FIXED_THRESHOLDS] + [("zoo", zoo), ("zoo90", 0.9 * zoo)]
+
+
+def threshold_columns(zoo: float) -> tuple:
+    """(names, column labels) of the thresholds in the per-seed tables."""
+    names = [name for name, _ in threshold_scores(zoo)]
+    labels = [str(t) for t in FIXED_THRESHOLDS] + [f"{zoo:.0f} (zoo)", f"{0.9 * zoo:.0f} (90%)"]
+    return names, labels
+
+
+def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """env -> mode -> medians, ranges and reach counts over the seeds."""
+    summary: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for env in ZOO_PPO_SCORES:
+        for mode in MODES:
+            runs = [r for r in results if r["env"] == env and r["mode"] == mode]
+            if not runs:
+                continue
+            entry: Dict[str, Any] = {"runs": len(runs), "seeds": [r["seed"] for r in runs]}
+            for key in ("eval_at_1M", "eval_at_2M"):
+                values = [r[key] for r in runs if r.get(key) is not None]
+                entry[key] = benchlib.mean(values) if values else None
+                entry[key + "_range"] = [min(values), max(values)] if values else None
+            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
+                # from each run's evaluations [env steps, wall s, return], so
+                # that results written before a threshold was added count too
+                hits = [first_at_or_above(r["evaluations"], score) for r in runs]
+                steps = [h[0] for h in hits if h is not None]
+                walls = [h[1] for h in hits if h is not None]
+                entry[f"reached_{name}"] = len(steps)
+                entry[f"steps_to_{name}"] = benchlib.median(steps) if steps else None
+                entry[f"wall_s_to_{name}"] = benchlib.median(walls) if walls else None
+            entry["env_steps_per_s"] = benchlib.median(
+                r["env_steps_per_s"] for r in runs if r.get("env_steps_per_s"))
+            summary.setdefault(env, {})[mode] = entry
+    return summary
+
+
+def _score(value: Optional[float], spread: Optional[List[float]] = None) -> str:
+    if value is None:
+        return "-"
+    if spread is None or spread[0] == spread[1]:
+        return f"{value:.0f}"
+    return f"{value:.0f} [{spread[0]:.0f} - {spread[1]:.0f}]"
+
+
+def _reach(entry: Dict[str, Any], name: str) -> str:
+    steps, wall = entry[f"steps_to_{name}"], entry[f"wall_s_to_{name}"]
+    if steps is None:
+        return f"- (0/{entry['runs']})"
+    return f"{steps / 1e6:.2f}M, {wall / 60:.0f} min ({entry[f'reached_{name}']}/{entry['runs']})"
+
+
+def _ratio(num: Optional[float], den: Optional[float]) -> str:
+    return "-" if num is None or den is None or not den else f"{num / den:.2f}"
+
+
+def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
+    """One table per env: rows sync / async, and async / sync where both have
+    the figure."""
+    out = []
+    for env, modes in summary.items():
+        env_id, zoo = ZOO_PPO_SCORES[env]
+        names = [name for name, _ in threshold_scores(zoo)]
+        labels = [f"to {t}" for t in FIXED_THRESHOLDS] + [f"to {zoo:.0f} (zoo)",
+                                                          f"to {0.9 * zoo:.0f} (90%)"]
+        out += [f"### {env_id} (zoo PPO: {zoo:.0f})", "",
+                "| mode | eval at 1M | eval at 2M | " + " | ".join(labels) + " | env steps/s |",
+                "|---|---:|---:|" + "---:|" * len(labels) + "---:|"]
+        for mode, e in modes.items():
+            out.append(f"| {mode} | {_score(e['eval_at_1M'], e['eval_at_1M_range'])} "
+                       f"| {_score(e['eval_at_2M'], e['eval_at_2M_range'])} | "
+                       + " | ".join(_reach(e, n) for n in names)
+                       + f" | {e['env_steps_per_s']:.0f} |")
+        if "sync" in modes and "async" in modes:
+            s, a = modes["sync"], modes["async"]
+            cells = [f"{_ratio(a[f'steps_to_{n}'], s[f'steps_to_{n}'])} steps, "
+                     f"{_ratio(a[f'wall_s_to_{n}'], s[f'wall_s_to_{n}'])} time" for n in names]
+            out.append(f"| async / sync | {_ratio(a['eval_at_1M'], s['eval_at_1M'])} "
+                       f"| {_ratio(a['eval_at_2M'], s['eval_at_2M'])} | " + " | ".join(cells)
+                       + f" | {_ratio(a['env_steps_per_s'], s['env_steps_per_s'])} |")
+        out.append("")
+    out.append("Eval: mean over seeds [min - max]; to X: median env steps (M) and training "
+               "minutes over the seeds that got there (k/n seeds); async / sync: ratios of "
+               "those medians.")
+    return "\n".join(out)
+
+
+def seed_ratios(results: Sequence[Dict[str, Any]]
+                ) -> Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]]:
+    """env -> seed -> threshold name -> (async / sync env steps, async / sync
+    training seconds) to that threshold, for the seeds run in both modes;
+    "async only" or "sync only" where one run never reached it, None where
+    neither did. The lag targets (async within 1.15x sync's steps, no seed
+    above 1.3x) are read per seed from this."""
+    ratios: Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]] = {}
+    for env in ZOO_PPO_SCORES:
+        by_mode = {(r["mode"], r["seed"]): r for r in results if r["env"] == env}
+        for seed in sorted({seed for mode, seed in by_mode}):
+            if ("sync", seed) not in by_mode or ("async", seed) not in by_mode:
+                continue
+            sync, async_ = by_mode[("sync", seed)], by_mode[("async", seed)]
+            cells: Dict[str, Union[None, str, tuple]] = {}
+            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
+                s = first_at_or_above(sync["evaluations"], score)
+                a = first_at_or_above(async_["evaluations"], score)
+                if s is None or a is None:
+                    cells[name] = (None if s is None and a is None
+                                   else "async only" if s is None else "sync only")
+                else:
+                    cells[name] = (a[0] / s[0], a[1] / s[1])
+            ratios.setdefault(env, {})[seed] = cells
+    return ratios
+
+
+def _seed_cell(cell: Union[None, str, tuple]) -> str:
+    if cell is None or isinstance(cell, str):
+        return cell or "-"
+    return f"{cell[0]:.2f} steps, {cell[1]:.2f} time"
+
+
+def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
+    """Markdown: per env, one row per seed run in both modes, async / sync
+    env steps and time to each threshold."""
+    out = []
+    for env, seeds in seed_ratios(results).items():
+        env_id, zoo = ZOO_PPO_SCORES[env]
+        names, labels = threshold_columns(zoo)
+        out += [f"### {env_id}: async / sync per seed", "",
+                "| seed | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        for seed, cells in seeds.items():
+            out.append(f"| {seed} | " + " | ".join(
+                _seed_cell(cells[n]) for n in names) + " |")
+        out.append("")
+    if out:
+        out.append("Per seed: env steps and training time to the first evaluation at or above "
+                   "each return, async's over sync's; \"async only\" / \"sync only\": the "
+                   "other run never got there; -: neither did.")
+    return "\n".join(out)
+
+
+SPREAD_LIMIT = 1.3  # the per-seed bound of issue 24's lag target
+
+
+def seed_spread(results: Sequence[Dict[str, Any]]
+                ) -> Dict[str, Dict[str, Dict[str, Dict[str, Any]]]]:
+    """env -> mode -> threshold name -> the seed-to-seed spread of one config:
+    over every ordered pair (a, b) of its seeds that both reached the
+    threshold, the env steps of a's run over b's. {"max": largest ratio,
+    "pairs": how many pairs, "above_1.3": how many above SPREAD_LIMIT}. A run
+    compared with another seed of the same config is what a per-seed async /
+    sync ratio compares with when async costs nothing; this says how often
+    seeds alone pass the per-seed bound. Configs with fewer than two seeds
+    are left out."""
+    spread: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
+    for env, (_, zoo) in ZOO_PPO_SCORES.items():
+        for mode in MODES:
+            runs = [r for r in results if r["env"] == env and r["mode"] == mode]
+            if len(runs) < 2:
+                continue
+            cells: Dict[str, Dict[str, Any]] = {}
+            for name, score in threshold_scores(zoo):
+                steps = [hit[0] for hit in (first_at_or_above(r["evaluations"], score)
+                                            for r in runs) if hit is not None]
+                ratios = [a / b for a, b in itertools.permutations(steps, 2)]
+                cells[name] = {"max": max(ratios) if ratios else None, "pairs": len(ratios),
+                               f"above_{SPREAD_LIMIT}": sum(r > SPREAD_LIMIT for r in ratios)}
+            spread.setdefault(env, {})[mode] = cells
+    return spread
+
+
+def seed_spread_tables(results: Sequence[Dict[str, Any]]) -> str:
+    """Markdown: per env and mode, the largest seed-to-seed env-step ratio to
+    each threshold and how many ordered pairs of seeds exceed SPREAD_LIMIT."""
+    out = []
+    for env, modes in seed_spread(results).items():
+        env_id, zoo = ZOO_PPO_SCORES[env]
+        names, labels = threshold_columns(zoo)
+        out += [f"### {env_id}: seed against seed, same config", "",
+                "| mode (seeds) | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        for mode, cells in modes.items():
+            seeds = sorted(r["seed"] for r in results if r["env"] == env and r["mode"] == mode)
+            row = []
+            for name in names:
+                c = cells[name]
+                row.append("-" if c["max"] is None else
+                           f"{c['max']:.2f} ({c[f'above_{SPREAD_LIMIT}']}/{c['pairs']} "
+                           f"above {SPREAD_LIMIT})")
+            out.append(f"| {mode} ({', '.join(map(str, seeds))}) | " + " | ".join(row) + " |")
+        out.append("")
+    if out:
+        out.append("Seed against seed: each run's env steps to a threshold over another seed's "
+                   "run of the same env and mode, the largest over ordered pairs of seeds, "
+                   f"and how many pairs are above {SPREAD_LIMIT}x.")
+    return "\n".join(out)
+
+
+def plot(results: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
+    """suite_<env>.png: eval return against env steps and against wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(plot_dir, exist_ok=True)
+    written = []
+    for env, (env_id, zoo) in ZOO_PPO_SCORES.items():
+        runs = [r for r in results if r["env"] == env]
+        if not runs:
+            continue
+        fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+        for r in runs:
+            points = r["evaluations"]
+            style = "-" if r["mode"] == "sync" else "--"
+            label = f"{r['mode']} seed {r['seed']}"
+            by_steps.plot([p[0] / 1e6 for p in points], [p[2] for p in points], style,
+                          label=label)
+            by_time.plot([p[1] / 60 for p in points], [p[2] for p in points], style,
+                         label=label)
+        for axis, xlabel in ((by_steps, "env steps (M)"), (by_time, "training wall time (min)")):
+            axis.axhline(zoo, color="grey", linestyle=":", label="zoo PPO at 2M")
+            axis.set_xlabel(xlabel)
+            axis.set_ylabel("deterministic eval return")
+            axis.grid(alpha=0.3)
+        by_steps.legend(fontsize=7)
+        fig.suptitle(env_id)
+        fig.tight_layout()
+        path = os.path.join(plot_dir, f"suite_{env}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
+           ) -> Dict[str, Any]:
+    """Print the tables to stderr (and draw the figures into ``plot_dir``);
+    returns the figures for the bench's JSON line."""
+    summary = summarize(results)
+    for table in (markdown_tables(summary), seed_ratio_tables(results),
+                  seed_spread_tables(results)):
+        print(table, file=sys.stderr)
+    ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
+              for env, seeds in seed_ratios(results).items()}
+    return {"envs": summary, "seed_ratios": ratios, "seed_spread": seed_spread(results),
+            "figures": plot(results, plot_dir) if plot_dir else []}
