@@ -49,7 +49,7 @@ class TreeWatcher:
     started it, not in another worker whose test happens to end while the
     block is there."""
 
-    def __init__(self, interval: float = 0.05):
+    def __init__(self, interval: float = 0.25):
         import threading
 
         self._seen = {os.getpid()}
