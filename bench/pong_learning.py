@@ -10,7 +10,8 @@ The runs (``--runs``: library:seed, comma-separated), each to ``--env_steps``
 agent steps (4 frames each; default 2M), one after the other:
 
 - ``alf_async:s``: the train command on ``async_ppo_atari_pong.gin`` (N = 2)
-  with ``Trainer.seed = s``, in ``root_dir/alf_async_s<s>``; stopped with
+  with ``Trainer.seed = s``, in ``root_dir/alf_async_s<s>`` (``alf_sync:s``:
+  the same with ``ppo_atari_pong.gin``, N = 1, in ``alf_sync_s<s>``); stopped with
   SIGTERM after ``--session_s`` seconds (a final checkpoint) and resumed by the
   next call. Its metrics.jsonl gives, per iteration, the env steps, the
   training loop's wall time (summed over resumes, start-up excluded) and
@@ -44,11 +45,11 @@ from bench import benchlib
 logger = logging.getLogger("bench")
 SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers",
                           "sb3_atari_ppo.py")
-GIN_FILE = "async_ppo_atari_pong.gin"
+GIN_FILES = {"alf_async": "async_ppo_atari_pong.gin", "alf_sync": "ppo_atari_pong.gin"}
 ENV_ID = "ALE/Pong-v5"
 MARKS = (1_000_000, 2_000_000)
 THRESHOLDS = (-20.0, -15.0, -10.0, 0.0, 10.0, 18.0)
-LIBRARIES = ("alf_async", "sb3")
+LIBRARIES = ("alf_async", "alf_sync", "sb3")
 
 
 def parse_runs(text: str) -> List[Tuple[str, int]]:
@@ -75,7 +76,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--sb3_python", default=None, help="python of SB3's virtualenv")
     p.add_argument("--table", action="store_true", help="only report (train nothing)")
     p.add_argument("--gin_param", action="append", default=[],
-                   help="extra gin binding for the alf_async runs (repeatable)")
+                   help="extra gin binding for the alf_async and alf_sync runs (repeatable)")
     return p.parse_args(argv)
 
 
@@ -86,7 +87,7 @@ def run_dir(root_dir: str, library: str, seed: int) -> str:
 def progress(root_dir: str, library: str, seed: int) -> List[Tuple[int, float, Optional[float]]]:
     """(env steps, wall seconds, mean return of the last 100 games) per record."""
     path = run_dir(root_dir, library, seed)
-    if library == "alf_async":
+    if library in GIN_FILES:
         rows = benchlib.read_metrics(os.path.join(path, "metrics.jsonl"))
         return [(int(r["env_steps"]), float(r["wall_time"]), r.get("episode_return"))
                 for r in rows]
@@ -94,14 +95,14 @@ def progress(root_dir: str, library: str, seed: int) -> List[Tuple[int, float, O
     return [(int(r["env_steps"]), float(r["wall_s"]), r.get("return")) for r in rows]
 
 
-def train_alf(seed: int, args: argparse.Namespace) -> None:
-    path = run_dir(args.root_dir, "alf_async", seed)
+def train_alf(library: str, seed: int, args: argparse.Namespace) -> None:
+    path = run_dir(args.root_dir, library, seed)
     params = [f"Trainer.seed={seed}", f"Trainer.num_env_steps={args.env_steps}",
               *args.gin_param]
     # The gin file only for a new run: a resumed one reads its saved config.gin.
-    files = [] if os.path.isfile(os.path.join(path, "config.gin")) else [GIN_FILE]
+    files = [] if os.path.isfile(os.path.join(path, "config.gin")) else [GIN_FILES[library]]
     status = benchlib.run_train(files, params, path, timeout_s=args.session_s)
-    logger.info("alf_async seed %d: exit %s after %.0f s", seed, status["returncode"],
+    logger.info("%s seed %d: exit %s after %.0f s", library, seed, status["returncode"],
                 status["wall_s"])
 
 
@@ -177,7 +178,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if points and points[-1][0] >= args.env_steps:
                 logger.info("%s seed %d: done (%d env steps)", library, seed, points[-1][0])
                 continue
-            (train_alf if library == "alf_async" else train_sb3)(seed, args)
+            if library in GIN_FILES:
+                train_alf(library, seed, args)
+            else:
+                train_sb3(seed, args)
     results = {f"{library} seed {seed}": analyse(progress(args.root_dir, library, seed))
                for library, seed in args.runs}
     print(markdown(results), file=sys.stderr)
