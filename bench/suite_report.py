@@ -59,11 +59,14 @@ def threshold_scores(zoo: float) -> List[tuple]:
     return [(str(t), float(t)) for t in FIXED_THRESHOLDS] + [("zoo", zoo), ("zoo90", 0.9 * zoo)]
 
 
-def threshold_columns(zoo: float) -> tuple:
-    """(names, column labels) of the thresholds in the per-seed tables."""
+def threshold_table_head(env: str, title: str, first_column: str) -> tuple:
+    """(threshold names, the markdown lines that open a per-seed table of
+    ``env``: its heading and header rows, one column per threshold)."""
+    env_id, zoo = ZOO_PPO_SCORES[env]
     names = [name for name, _ in threshold_scores(zoo)]
     labels = [str(t) for t in FIXED_THRESHOLDS] + [f"{zoo:.0f} (zoo)", f"{0.9 * zoo:.0f} (90%)"]
-    return names, labels
+    return names, [f"### {env_id}: {title}", "", f"| {first_column} | " + " | ".join(labels)
+                   + " |", "|---|" + "---:|" * len(labels)]
 
 
 def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
@@ -182,10 +185,8 @@ def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
     env steps and time to each threshold."""
     out = []
     for env, seeds in seed_ratios(results).items():
-        env_id, zoo = ZOO_PPO_SCORES[env]
-        names, labels = threshold_columns(zoo)
-        out += [f"### {env_id}: async / sync per seed", "",
-                "| seed | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        names, head = threshold_table_head(env, "async / sync per seed", "seed")
+        out += head
         for seed, cells in seeds.items():
             out.append(f"| {seed} | " + " | ".join(
                 _seed_cell(cells[n]) for n in names) + " |")
@@ -232,10 +233,9 @@ def seed_spread_tables(results: Sequence[Dict[str, Any]]) -> str:
     each threshold and how many ordered pairs of seeds exceed SPREAD_LIMIT."""
     out = []
     for env, modes in seed_spread(results).items():
-        env_id, zoo = ZOO_PPO_SCORES[env]
-        names, labels = threshold_columns(zoo)
-        out += [f"### {env_id}: seed against seed, same config", "",
-                "| mode (seeds) | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        names, head = threshold_table_head(env, "seed against seed, same config",
+                                           "mode (seeds)")
+        out += head
         for mode, cells in modes.items():
             seeds = sorted(r["seed"] for r in results if r["env"] == env and r["mode"] == mode)
             row = []
