@@ -156,6 +156,7 @@ TENSORBOARD_TAGS = {
     "truncated_fraction": "ppo/truncated_fraction",
     "behaviour_kl": "ppo/behaviour_kl",
     "learning_rate": "ppo/learning_rate",
+    "clip_ratio": "ppo/clip_ratio",
     "kl_early_stop": "ppo/kl_early_stop",
     "critic_loss": "sac/critic_loss",
     "actor_loss": "sac/actor_loss",

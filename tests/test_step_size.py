@@ -29,11 +29,40 @@ def test_linear_schedule_falls_to_its_end_fraction():
     assert StepSizeControl(1e-3).learning_rate_at(0.7) == 1e-3  # constant
 
 
+def test_the_clip_range_follows_the_learning_rate_when_annealed():
+    control = StepSizeControl(1e-3, "linear", end_fraction=0.1, anneal_clip_ratio=True)
+    assert control.clip_ratio_at(0.2, 0.0) == pytest.approx(0.2)
+    assert control.clip_ratio_at(0.2, 0.5) == pytest.approx(0.11)
+    assert control.clip_ratio_at(0.2, 1.0) == pytest.approx(0.02)
+    assert control.clip_ratio_at(0.2, None) == pytest.approx(0.2)
+    assert StepSizeControl(1e-3, "linear").clip_ratio_at(0.2, 0.5) == 0.2  # not annealed
+
+
+def test_an_annealed_clip_trains_like_that_clip_held_constant():
+    """Halfway through the budget an annealed clip of 0.4 is 0.2: the same
+    weights as a constant 0.2 at the same learning rate, not those of 0.4."""
+    kwargs = dict(num_epochs=4, mini_batch_size=32, seed=3, learning_rate=3e-2,
+                  learning_rate_schedule="linear")
+    annealed = PPOLearner(3, 2, clip_ratio=0.4, anneal_clip_ratio=True, **kwargs)
+    halved = PPOLearner(3, 2, clip_ratio=0.2, **kwargs)
+    wide = PPOLearner(3, 2, clip_ratio=0.4, **kwargs)
+    stats = annealed.train(_batch(), progress=0.5)
+    assert stats["clip_ratio"] == pytest.approx(0.2)
+    assert halved.train(_batch(), progress=0.5)["clip_ratio"] == pytest.approx(0.2)
+    assert wide.train(_batch(), progress=0.5)["clip_ratio"] == pytest.approx(0.4)
+    for a, b in zip(annealed.model.parameters(), halved.model.parameters()):
+        torch.testing.assert_close(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(annealed.model.parameters(),
+                                                     wide.model.parameters()))
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(learning_rate_schedule="cosine"), "learning_rate_schedule"),
     (dict(learning_rate_end_fraction=1.5), "learning_rate_end_fraction"),
     (dict(target_kl=0.0), "target_kl"),
     (dict(learning_rate=-1.0), "learning_rate"),
+    (dict(anneal_clip_ratio=True), "anneal_clip_ratio"),  # needs a "linear" schedule
+    (dict(anneal_clip_ratio="yes", learning_rate_schedule="linear"), "anneal_clip_ratio"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, name):
     with pytest.raises(ConfigError, match=f"PPOLearner.{name}"):
@@ -85,7 +114,8 @@ def test_progress_is_the_used_share_of_the_budget():
 
 def test_a_training_run_gives_the_learner_its_progress(tmp_path):
     """A real sync run (InvertedPendulum, 4 iterations): iteration i trains at
-    learning_rate * (1 - (i - 1) / 4), the share of the budget used before it."""
+    learning_rate * (1 - (i - 1) / 4), the share of the budget used before it,
+    and with anneal_clip_ratio its clip range falls by the same factor."""
     import gin
 
     from alf_async.config import register_configurables
@@ -99,6 +129,8 @@ PPOLearner.mini_batch_size = 32
 PPOLearner.num_epochs = 1
 PPOLearner.learning_rate = 1e-3
 PPOLearner.learning_rate_schedule = "linear"
+PPOLearner.clip_ratio = 0.2
+PPOLearner.anneal_clip_ratio = True
 ActorNetwork.hidden_sizes = (16, 16)
 ValueNetwork.hidden_sizes = (16, 16)
 MetricsRecorder.tensorboard = False
@@ -109,5 +141,7 @@ MetricsRecorder.tensorboard = False
                 checkpoint_interval=1000, learner_num_threads=1).train()
     finally:
         gin.clear_config()
-    rates = [row["learning_rate"] for row in read_metrics(tmp_path)]
-    assert rates == pytest.approx([1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
+    rows = read_metrics(tmp_path)
+    assert [row["learning_rate"] for row in rows] == pytest.approx(
+        [1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
+    assert [row["clip_ratio"] for row in rows] == pytest.approx([0.2, 0.15, 0.1, 0.05])

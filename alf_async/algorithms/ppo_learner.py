@@ -56,6 +56,8 @@ class PPOLearner:
             learning_rate * learning_rate_end_fraction at the end of the
             budget); ``algorithms.step_size``.
         learning_rate_end_fraction: where "linear" ends (0 <= f <= 1).
+        anneal_clip_ratio: with "linear", clip_ratio falls by the same factor
+            as the learning rate (the zoo's Atari lin_0.1); default False.
         target_kl: None (the default) or the KL budget of one iteration: its
             remaining gradient steps are skipped once a minibatch's approximate
             KL to the iteration's starting policy exceeds 1.5 * target_kl
@@ -121,7 +123,7 @@ class PPOLearner:
                  num_epochs: int = 20,
                  mini_batch_size: int = 4096, learning_rate: float = 3e-4,
                  learning_rate_schedule: str = "constant",
-                 learning_rate_end_fraction: float = 0.0,
+                 learning_rate_end_fraction: float = 0.0, anneal_clip_ratio: bool = False,
                  target_kl: Optional[float] = None,
                  adam_epsilon: float = 1e-5, max_grad_norm: float = 0.5,
                  clip_ratio: float = 0.2, value_loss_weight: float = 0.5,
@@ -163,7 +165,8 @@ class PPOLearner:
         self.num_epochs = int(num_epochs)
         self.mini_batch_size = int(mini_batch_size)
         self.step_size = StepSizeControl(learning_rate, learning_rate_schedule,
-                                         learning_rate_end_fraction, target_kl)
+                                         learning_rate_end_fraction, target_kl,
+                                         anneal_clip_ratio)
         self.max_grad_norm = max_grad_norm
         self.clip_ratio = clip_ratio
         self.value_loss_weight = value_loss_weight
@@ -278,10 +281,11 @@ class PPOLearner:
                 budget (for ``learning_rate_schedule``).
         Returns:
             Scalar statistics averaged over the gradient steps taken, plus
-            learning_rate, gradient_steps and, with ``target_kl``,
+            learning_rate, clip_ratio, gradient_steps and, with ``target_kl``,
             kl_early_stop (1.0 if the KL budget ended the iteration early).
         """
         learning_rate = self.step_size.learning_rate_at(progress)
+        clip_ratio = self.step_size.clip_ratio_at(self.clip_ratio, progress)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         dev = self.device
@@ -335,7 +339,7 @@ class PPOLearner:
                 mb = {k: layout.pick(v, idx) for k, v in samples.items()}
                 out = ppo_loss(dist.log_prob(mb["action"]), mb["old_log_prob"],
                                mb["advantages"], value, mb["returns"],
-                               dist.entropy(), self.clip_ratio,
+                               dist.entropy(), clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar)
                 if self.step_size.over_budget(out.stats["approx_kl"]):
@@ -361,6 +365,7 @@ class PPOLearner:
             stats["action_std"] = action_std
         stats["gradient_steps"] = float(steps - skipped)
         stats["learning_rate"] = learning_rate
+        stats["clip_ratio"] = clip_ratio
         if self.step_size.target_kl is not None:
             stats["kl_early_stop"] = float(kl_stopped)
         self.iteration += 1

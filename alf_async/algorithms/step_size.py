@@ -1,6 +1,7 @@
-"""How far one PPO iteration may move the policy: the learning-rate schedule
-and the per-iteration KL budget (``PPOLearner``'s learning_rate_schedule,
-learning_rate_end_fraction and target_kl).
+"""How far one PPO iteration may move the policy: the learning-rate schedule,
+the clip range that may follow it, and the per-iteration KL budget
+(``PPOLearner``'s learning_rate_schedule, learning_rate_end_fraction,
+anneal_clip_ratio and target_kl).
 
 - "constant": every iteration steps with ``learning_rate``.
 - "linear": the step size falls linearly with the run's progress p (env steps
@@ -10,6 +11,9 @@ learning_rate_end_fraction and target_kl).
   rl-baselines3-zoo do (f = 0). It depends on p only, so a resumed run goes on
   where it stopped; a caller that gives no progress (Hogwild workers) trains
   at learning_rate.
+- anneal_clip_ratio (with "linear"): the clip range falls by the same factor,
+  clip(p) = clip_ratio * lr(p) / learning_rate, as the zoo's ``lin_0.1``
+  clip range for Atari does beside its ``lin_2.5e-4`` learning rate.
 - target_kl (None: off): an iteration's remaining gradient steps are skipped
   once a minibatch's approximate KL between the policy being trained and the
   iteration's starting policy (pi_prox; the behaviour policy mu with
@@ -23,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from alf_async.utils.validation import check
+from alf_async.utils.validation import ConfigError, check
 
 SCHEDULES = ("constant", "linear")
 # A minibatch whose KL exceeds this multiple of target_kl ends the iteration.
@@ -38,6 +42,7 @@ class StepSizeControl:
     schedule: str = "constant"
     end_fraction: float = 0.0
     target_kl: Optional[float] = None
+    anneal_clip_ratio: bool = False
 
     def __post_init__(self) -> None:
         for name, value, kind, bounds in (
@@ -48,6 +53,12 @@ class StepSizeControl:
                 ("target_kl", self.target_kl, "number",
                  dict(low=0, low_open=True, optional=True))):
             check("PPOLearner", name, value, kind, **bounds)
+        check("PPOLearner", "anneal_clip_ratio", self.anneal_clip_ratio, "bool")
+        if self.anneal_clip_ratio and self.schedule == "constant":
+            raise ConfigError(
+                "PPOLearner.anneal_clip_ratio=True makes the clip range follow the "
+                "learning-rate schedule, but PPOLearner.learning_rate_schedule is "
+                "'constant': set it to 'linear' or leave anneal_clip_ratio False")
 
     def learning_rate_at(self, progress: Optional[float]) -> float:
         """The step size of an iteration at ``progress`` (0..1, the share of
@@ -56,6 +67,13 @@ class StepSizeControl:
             return float(self.learning_rate)
         p = min(max(float(progress), 0.0), 1.0)
         return float(self.learning_rate) * (1.0 - p * (1.0 - self.end_fraction))
+
+    def clip_ratio_at(self, clip_ratio: float, progress: Optional[float]) -> float:
+        """PPO's clip epsilon for an iteration at ``progress``: ``clip_ratio``,
+        scaled like the learning rate when ``anneal_clip_ratio`` is set."""
+        if not self.anneal_clip_ratio:
+            return float(clip_ratio)
+        return float(clip_ratio) * self.learning_rate_at(progress) / float(self.learning_rate)
 
     def over_budget(self, approx_kl: Any) -> bool:
         """Whether a minibatch with this approximate KL (to the iteration's
