@@ -30,8 +30,7 @@ from alf_async.algorithms.normalizer import PublishedStatistics, RunningNormaliz
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.step_size import StepSizeControl
-from alf_async.algorithms.value_ops import (explained_variance,
-                                            generalized_advantage_estimation, vtrace)
+from alf_async.algorithms.value_ops import advantages_and_returns, explained_variance
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
@@ -92,9 +91,8 @@ class PPOLearner:
             "vtrace" (value targets and advantages from V-trace with rho_bar
             and c_bar, and the decoupled policy step). On-policy data gives PPO2
             in every mode. The default comes from the HalfCheetah study in
-            docs/async_guide.md (3 seeds: decoupled needs 0.95x / 1.16x / 1.20x
-            sync's env steps to return 1000 at N = 1 / 2 / 4; PPO2 1.6x at N = 2
-            and did not reach it by 600k at N = 4).
+            docs/async_guide.md (PPO2 needed 1.6x sync's env steps at N = 2,
+            decoupled 1.16x).
         rho_bar: truncation of the importance weights (decoupled and vtrace).
         c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
         recompute_values: recompute V(s_t) of the batch with the learner's current
@@ -312,7 +310,14 @@ class PPOLearner:
                 if self.lag_correction != "none":
                     proximal_log_prob = self.model.distribution(flat).log_prob(
                         t["action"].reshape(T * K, -1)).reshape(T, K)
-        advantages, returns = self._advantages(t, values, proximal_log_prob)
+        rewards = t["reward"]  # [T, K]
+        if self.reward_clip is not None:
+            rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
+        advantages, returns = advantages_and_returns(
+            rewards * self.reward_scale, values, t, self.gamma, self.gae_lambda,
+            log_rho=(proximal_log_prob - t["log_prob"]
+                     if self.lag_correction == "vtrace" else None),
+            rho_bar=self.rho_bar, c_bar=self.c_bar)
         col = layout.columns
         samples = {"action": col(t["action"]), "old_log_prob": col(t["log_prob"]),
                    "advantages": col(advantages), "returns": col(returns)}
@@ -370,24 +375,6 @@ class PPOLearner:
             stats["kl_early_stop"] = float(kl_stopped)
         self.iteration += 1
         return stats
-
-    def _advantages(self, t: Mapping[str, torch.Tensor], values: torch.Tensor,
-                    proximal_log_prob: Optional[torch.Tensor]):
-        """(advantages, returns) [T, K] of a batch: GAE on the (clipped,
-        scaled) rewards, or V-trace with the proximal policy's ratios."""
-        rewards = t["reward"]
-        if self.reward_clip is not None:
-            rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
-        rewards = rewards * self.reward_scale
-        if self.lag_correction == "vtrace":
-            returns, advantages = vtrace(
-                proximal_log_prob - t["log_prob"], rewards, values,
-                t["terminated"], t["truncated"], t["truncation_value"], t["bootstrap_value"],
-                self.gamma, self.gae_lambda, self.rho_bar, self.c_bar)
-            return advantages, returns
-        return generalized_advantage_estimation(
-            rewards, values, t["terminated"], t["truncated"], t["truncation_value"],
-            t["bootstrap_value"], self.gamma, self.gae_lambda)
 
     def all_finite(self) -> bool:
         """Whether the weights, optimizer moments and normalizer statistics are finite."""

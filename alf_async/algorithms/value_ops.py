@@ -11,7 +11,7 @@ actor evaluated at rollout time as ``truncation_value[t, k]``). After an ended s
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Mapping, Optional, Tuple
 
 import torch
 
@@ -124,6 +124,26 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
     next_vs = torch.where(truncated, truncation_value, next_vs)
     next_vs = torch.where(terminated, torch.zeros_like(next_vs), next_vs)
     return vs, rewards + gamma * next_vs - values
+
+
+def advantages_and_returns(
+        rewards: torch.Tensor, values: torch.Tensor, batch: Mapping[str, torch.Tensor],
+        gamma: float, gae_lambda: float, log_rho: Optional[torch.Tensor] = None,
+        rho_bar: float = 1.0, c_bar: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(advantages [T, K], returns [T, K]) of a trajectory batch: GAE, or
+    V-trace when ``log_rho`` [T, K] (log target / behaviour probability) is given.
+
+    ``rewards`` and ``values`` [T, K] are the ones to use (already clipped and
+    scaled; rollout-time or recomputed); ``batch`` gives terminated, truncated,
+    truncation_value [T, K] and bootstrap_value [K].
+    """
+    ends = (batch["terminated"], batch["truncated"], batch["truncation_value"],
+            batch["bootstrap_value"])
+    if log_rho is None:
+        return generalized_advantage_estimation(rewards, values, *ends, gamma, gae_lambda)
+    returns, advantages = vtrace(log_rho, rewards, values, *ends, gamma, gae_lambda,
+                                 rho_bar, c_bar)
+    return advantages, returns
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
