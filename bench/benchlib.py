@@ -9,6 +9,8 @@ Conventions every script follows:
 - training runs are started through the train command
   (``python -m alf_async.bin.train``) in a child process, exactly as a user would
   start them, and read back from their ``metrics.jsonl``.
+- a bench stopped with SIGTERM (``kill``) or Ctrl-C stops the run it is waiting
+  on first (``run_train`` and bench/children.py), so no training run outlives it.
 """
 
 from __future__ import annotations
@@ -19,17 +21,16 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from typing import Any, Dict, IO, Iterable, List, Optional, Sequence
 
 import numpy as np
 
 from alf_async.reporting.run_metrics import parse_metrics_lines
+from bench import children
+from bench.children import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("bench")
 
 _json_out: Optional[IO[str]] = None
@@ -184,45 +185,10 @@ def run_train(gin_files: Sequence[str], gin_params: Sequence[str], root_dir: str
     logger.info("running: %s", " ".join(cmd))
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=sys.stderr.fileno(),
-                            stderr=sys.stderr.fileno(), env=env)
-    stopped_early = timed_out = False
     metrics_path = os.path.join(root_dir, "metrics.jsonl")
-    try:
-        while True:
-            try:
-                proc.wait(timeout=poll_s)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                logger.warning("run exceeded %.0f s; stopping it", timeout_s)
-                timed_out = True
-                _terminate(proc)
-                break
-            if stop_when is not None and stop_when(read_metrics(metrics_path)):
-                logger.info("stop condition met; stopping the run")
-                stopped_early = True
-                _terminate(proc)
-                break
-    except BaseException:
-        _terminate(proc)
-        raise
-    return {"returncode": proc.returncode, "wall_s": time.monotonic() - start,
-            "stopped_early": stopped_early, "timed_out": timed_out}
-
-
-def _terminate(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """SIGTERM (the trainer checkpoints and stops its children), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop = None if stop_when is None else (lambda: stop_when(read_metrics(metrics_path)))
+    return children.run_child(cmd, env=env, timeout_s=timeout_s, stop_when=stop,
+                              poll_s=poll_s)
 
 
 def read_jsonl(path: str) -> List[Dict[str, Any]]:

@@ -31,14 +31,12 @@ Smoke run:  python -m bench.peer_throughput --env_steps 8192 --repeats 1
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib, raw_env
+from bench import benchlib, children, raw_env
 
 logger = logging.getLogger("bench")
 SF_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sf_ppo.py")
@@ -83,9 +81,7 @@ def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sf_python, SF_SCRIPT, "--env", ENV, "--steps", str(args.env_steps),
            "--async_rl", "1" if mode == "async" else "0"]
     logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                          timeout=args.timeout_s, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
 
 
 def measure_limit(args: argparse.Namespace) -> float:

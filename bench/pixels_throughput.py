@@ -32,14 +32,12 @@ Smoke run:  python -m bench.pixels_throughput --iterations 3 --warmup 1
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib
+from bench import benchlib, children
 
 logger = logging.getLogger("bench")
 PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
@@ -79,9 +77,7 @@ def shm_per_trajectory_mb(gin_file: str, params: List[str]) -> Dict[str, float]:
 def run_peer(cmd: List[str], timeout_s: float) -> Dict[str, Any]:
     """The JSON line a peer script prints."""
     logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(), text=True,
-                          timeout=timeout_s, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return children.run_peer_json(cmd, timeout_s=timeout_s)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -33,14 +33,12 @@ markdown table on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bench import benchlib
+from bench import benchlib, children
 
 logger = logging.getLogger("bench")
 SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers",
@@ -113,9 +111,9 @@ def train_sb3(seed: int, args: argparse.Namespace) -> None:
            "--seed", str(seed), "--save_dir", run_dir(args.root_dir, "sb3", seed),
            "--stop_after_s", str(args.session_s)]
     logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(),
-                          text=True, check=False)
-    logger.info("sb3 seed %d: exit %d %s", seed, done.returncode, done.stdout.strip()[-400:])
+    done = children.run_child(cmd, capture_stdout=True)
+    logger.info("sb3 seed %d: exit %d %s", seed, done["returncode"],
+                done["stdout"].strip()[-400:])
 
 
 def first_at_or_above(points: Sequence[Tuple[int, float, Optional[float]]], score: float

@@ -30,15 +30,13 @@ Smoke run:  python -m bench.recurrent_cartpole --seeds 0 --steps 5000 --ff_steps
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib
+from bench import benchlib, children
 
 logger = logging.getLogger("bench")
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers",
@@ -90,9 +88,7 @@ def sb3_run(python: str, seed: int, steps: int, threshold: float,
     cmd = [python, PEER, "--steps", str(steps), "--seed", str(seed),
            "--threshold", str(threshold)]
     logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(), text=True,
-                          timeout=timeout_s, check=True)
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = children.run_peer_json(cmd, timeout_s=timeout_s)
     curve = out.pop("curve")
     out["final_return"] = curve[-1][2] if curve else None
     return out

@@ -30,14 +30,12 @@ Smoke run:  python -m bench.sac_learning --marks 2000 --configs sync,async \\
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib
+from bench import benchlib, children
 from bench.learning import first_reaching
 
 GIN = {"sync": "sac_bullet_half_cheetah.gin", "async": "async_sac_bullet_half_cheetah.gin"}
@@ -103,12 +101,7 @@ def run_sb3(marks: List[int], args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sb3_python, SB3_SCRIPT, "--marks", ",".join(map(str, marks)),
            "--seed", str(args.seed), "--threshold", str(args.threshold)]
     benchlib.logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(),
-                          text=True, timeout=args.timeout_s)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"the SB3 run failed (exit {done.returncode})")
-    return json.loads(lines[-1])
+    return children.run_peer_json(cmd, timeout_s=args.timeout_s)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -21,14 +21,12 @@ Smoke run:  python -m bench.suite_throughput --envs hopper --env_steps 8192
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import benchlib
+from bench import benchlib, children
 from bench.suite import gin_file
 from bench.suite_report import ZOO_PPO_SCORES
 
@@ -73,9 +71,7 @@ def run_sb3(env: str, args: argparse.Namespace) -> Dict[str, Any]:
     env_id, _ = ZOO_PPO_SCORES[env]
     cmd = [args.sb3_python, SB3_SCRIPT, "--env", env_id, "--steps", str(args.env_steps)]
     logger.info("running: %s", " ".join(cmd))
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(), text=True,
-                          timeout=args.timeout_s, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return children.run_peer_json(cmd, timeout_s=args.timeout_s)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

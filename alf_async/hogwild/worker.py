@@ -13,10 +13,11 @@ then train:
 
 then report a ``WorkerProgress``. The worker runs an iteration when the
 trainer grants one (``RunIteration``: the trainer hands out only the batches
-the budget needs), sends a ``WorkerHeartbeat`` every 2 s while it runs one,
-and answers ``SendState`` / ``StopWorker`` between them (a "synced" worker
-syncs before its final state, so no update is lost at the end). It stops when told to or when its
-trainer dies; on an error it reports ``WorkerFailed`` and exits with 1.
+the budget needs), sends a ``WorkerHeartbeat`` every
+``runtime.messages.HEARTBEAT_INTERVAL_S`` (2 s, as actors do) while it runs
+one, and answers ``SendState`` / ``StopWorker`` between them (a "synced" worker
+syncs before its final state, so no update is lost at the end). It stops when
+told to or when its trainer dies; on an error it reports ``WorkerFailed`` and exits with 1.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ import numpy as np
 from alf_async.envs.spaces import ObservationSpec
 from alf_async.hogwild import messages
 from alf_async.hogwild.shared_state import GlobalState
+from alf_async.runtime.messages import HEARTBEAT_INTERVAL_S
 from alf_async.settings import HogwildSettings, ReplaySettings, TrainerSettings
 from alf_async.utils.seeding import derive_seed
 from alf_async.utils.process import started_by
-
-HEARTBEAT_INTERVAL_S = 2.0
 
 
 @dataclass

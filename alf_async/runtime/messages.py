@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-# Seconds between heartbeats of a busy actor (see TrainerSettings.actor_timeout_s).
+# Seconds between heartbeats of a busy actor or Hogwild worker (see
+# TrainerSettings.actor_timeout_s).
 HEARTBEAT_INTERVAL_S = 2.0
 
 

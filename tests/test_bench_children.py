@@ -1,0 +1,88 @@
+"""How bench scripts run their children (bench/children.py): a
+benchmark stopped with ``kill`` (SIGTERM) stops the training run it waits on
+first, so no trainer outlives the bench that started it; a peer library's run
+gives back its JSON line, or a failure that names it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from bench import children
+from conftest import REPO_ROOT, wait_until
+
+# A CartPole run far longer than the test, started the way bench scripts
+# start every run (benchlib.run_train: the train command in a child process).
+BENCH = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from bench import benchlib
+status = benchlib.run_train(["ppo_cartpole.gin"], ["Trainer.num_iterations=100000",
+    "Trainer.num_env_steps=0", "Trainer.num_env_workers=0",
+    "MetricsRecorder.tensorboard=False"], {root!r})
+print(json.dumps(status))
+"""
+
+
+def _metrics_rows(path: str) -> int:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return sum(1 for line in f if line.startswith("{"))
+    except FileNotFoundError:
+        return 0
+
+
+def test_a_bench_killed_with_sigterm_stops_its_training_run(tmp_path):
+    root = str(tmp_path / "run")
+    log_path = tmp_path / "bench.log"  # the bench's and its run's console (not a pipe to fill)
+    with open(log_path, "w") as log:
+        bench = subprocess.Popen([sys.executable, "-c", BENCH.format(repo=REPO_ROOT, root=root)],
+                                 cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+    run_tree = []
+    try:
+        # The trainer is training: its first metrics row is there.
+        metrics = os.path.join(root, "metrics.jsonl")
+        wait_until(lambda: _metrics_rows(metrics) >= 1 or bench.poll() is not None,
+                   timeout=180, interval=0.2)
+        assert _metrics_rows(metrics) >= 1 and bench.poll() is None, \
+            log_path.read_text()[-3000:]
+        run_tree = psutil.Process(bench.pid).children(recursive=True)
+        trainers = [p for p in run_tree if "alf_async.bin.train" in " ".join(p.cmdline())]
+        assert len(trainers) == 1, [p.cmdline() for p in run_tree]
+
+        bench.send_signal(signal.SIGTERM)
+        out, _ = bench.communicate(timeout=120)
+        # The bench stopped its run (SIGTERM: the trainer checkpoints) and exited
+        # 128 + SIGTERM, without printing a result.
+        assert bench.returncode == 128 + signal.SIGTERM, log_path.read_text()[-3000:]
+        assert out == ""
+        for proc in run_tree:  # the trainer and everything it started
+            assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, \
+                f"left running after its bench was killed: {proc.pid} {proc.cmdline()}"
+        assert os.listdir(os.path.join(root, "checkpoints")), "no final checkpoint"
+    finally:  # what a failed test leaves is killed: not for the next tests to meet
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+        for proc in run_tree:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
+def test_a_peer_run_gives_its_last_json_line_and_a_failed_one_is_named():
+    script = "print('setting up'); print('{\"steps\": 1}'); print('{\"steps\": 2}')"
+    assert children.run_peer_json([sys.executable, "-c", script]) == {"steps": 2}
+    with pytest.raises(SystemExit, match=r"-c failed \(exit 3\)"):
+        children.run_peer_json([sys.executable, "-c", "print('{}'); raise SystemExit(3)"])
+    with pytest.raises(SystemExit, match="no JSON line"):
+        children.run_peer_json([sys.executable, "-c", "print('done')"])
+    with pytest.raises(SystemExit, match=r"stopped after 1 s"):
+        children.run_peer_json([sys.executable, "-c", "import time; time.sleep(60)"],
+                               timeout_s=1)
