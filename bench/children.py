@@ -47,14 +47,14 @@ def run_child(cmd: Sequence[str], env: Optional[Dict[str, str]] = None,
               timeout_s: Optional[float] = None, stop_when=None, poll_s: float = 5.0,
               capture_stdout: bool = False, quiet: bool = False,
               cwd: Optional[str] = REPO_ROOT) -> Dict[str, Any]:
-    """Run ``cmd`` (in ``cwd``) to its end, or stop it (SIGTERM,
-    then SIGKILL after a grace period) after ``timeout_s`` seconds, when
+    """Run ``cmd`` (in ``cwd``) to its end, or stop it (SIGTERM, then SIGKILL
+    after a grace period) after ``timeout_s`` seconds, when
     ``stop_when()`` turns true (checked every ``poll_s`` seconds), or when this
     process gets Ctrl-C, SIGTERM or any exception while waiting.
 
     The child's stderr (discarded if ``quiet``), and its stdout unless
-    ``capture_stdout``, go to our stderr. Returns {"returncode", "wall_s", "stopped_early", "timed_out"} and,
-    with ``capture_stdout``, "stdout" (text).
+    ``capture_stdout``, go to our stderr. Returns {"returncode", "wall_s",
+    "stopped_early", "timed_out"} and, with ``capture_stdout``, "stdout" (text).
     """
     start = time.monotonic()
     stopped_early = timed_out = False
