@@ -118,6 +118,34 @@ def test_policies_without_a_numpy_copy_act_in_the_actor():
         actor.close()
 
 
+@pytest.mark.timeout(120)
+def test_env_workers_that_act_do_not_load_torch():
+    # The acting policy (numpy networks, gSDE draws, observation normalizer)
+    # reaches the workers pickled; unpickling it must not import torch, which
+    # would cost each worker start-up time and memory (libtorch mapped in).
+    gin.bind_parameter("ActorNetwork.exploration", "state_dependent")
+    actor = Actor(0, _settings(True), _policy)
+    try:
+        assert actor._acting is not None
+        obs_spec, action_spec = actor.env.observation_spec, actor.env.action_spec
+        specs = trajectory_specs(UNROLL, NUM_ENVS, obs_spec, actor.env.action_dim)
+        for version in (0, 1):  # the first weights, then a learner's with statistics
+            if version:
+                actor.load_weights(1, _weights(obs_spec, action_spec, 1))
+            arrays = {k: np.zeros(v.shape, v.dtype) for k, v in specs.items()}
+            actor.unroll(arrays)
+            assert np.all(arrays["action"] != 0)  # the workers acted
+        pids = actor.env.worker_pids
+        assert len(pids) == 2
+        for pid in pids:
+            with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
+                mapped = f.read()
+            assert "libpython" in mapped or "numpy" in mapped  # a real map was read
+            assert "libtorch" not in mapped, f"env worker {pid} has torch loaded"
+    finally:
+        actor.close()
+
+
 @pytest.mark.timeout(180)
 def test_a_worker_killed_mid_unroll_is_replaced_and_the_unroll_completes():
     unroll = 200  # 1 s of sleeping per worker and split at 5 ms a step

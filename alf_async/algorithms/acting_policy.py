@@ -6,7 +6,7 @@ through their pipes), and samples exactly as ``NeuralPolicy``'s numpy path does
 for the same seed, sampling stream and envs: the same network snapshot
 (``NumpyActorCritic``), the same observation normalization
 (``ArrayNormalizer``, which ``RunningNormalizer.normalize_array`` also uses),
-the same stream seeds (``sampling_streams.stream_seed``) and per-env gSDE
+the same stream seeds (``utils.seeding.stream_seed``) and per-env gSDE
 draws (``SdeDraws``). So an actor whose workers act writes the same
 trajectories as one that acts itself (tests/test_acting_workers.py).
 
@@ -20,10 +20,10 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from alf_async.algorithms.normalizer import ArrayNormalizer
-from alf_async.algorithms.sampling_streams import stream_seed
+from alf_async.algorithms.array_normalizer import ArrayNormalizer
 from alf_async.algorithms.sde_draws import SdeDraws
 from alf_async.networks.numpy_inference import NumpyActorCritic
+from alf_async.utils.seeding import stream_seed
 
 
 @dataclass

@@ -11,26 +11,13 @@ population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 import gin
 import numpy as np
 import torch
 
-
-@dataclass
-class ArrayNormalizer:
-    """Observation normalization in float32 numpy: (x - mean) / std, clipped to
-    [-clip, clip] (clip 0: not clipped). mean, std: [O] float32."""
-
-    mean: np.ndarray
-    std: np.ndarray
-    clip: float
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        y = (x - self.mean) / self.std
-        return np.clip(y, -self.clip, self.clip, out=y) if self.clip > 0 else y
+from alf_async.algorithms.array_normalizer import ArrayNormalizer
 
 
 @gin.configurable

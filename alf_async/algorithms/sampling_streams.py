@@ -15,12 +15,7 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
-from alf_async.utils.seeding import derive_seed
-
-
-def stream_seed(seed: int, stream: int) -> int:
-    """The seed of stream ``stream`` of a policy seeded with ``seed``."""
-    return int(seed) if stream == 0 else derive_seed(seed, stream)
+from alf_async.utils.seeding import stream_seed
 
 
 class SamplingStreams:

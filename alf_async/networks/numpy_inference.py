@@ -24,6 +24,10 @@ State-dependent exploration (gSDE) is copied too: the scale is computed from
 the actor's last hidden features, and the noise from the caller's draws of
 each env's noise matrix.
 
+A snapshot and its forward pass are numpy only: unpickling one (an env
+worker that acts receives it through its pipe) does not import torch, which
+only building one (``of``, in the actor or learner) needs.
+
 Shapes: B = batch, O = observation_dim, A = stored action width.
 """
 
@@ -31,13 +35,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch.nn as nn
 
-from alf_async.networks.actor_critic import ActorCritic
-from alf_async.networks.distributions import SDE_VARIANCE_FLOOR
+if TYPE_CHECKING:  # torch only where a snapshot is built
+    import torch.nn as nn
+
+    from alf_async.networks.actor_critic import ActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -56,10 +61,12 @@ def _elu(x: np.ndarray, alpha: float) -> np.ndarray:
     return np.where(x > 0, x, np.float32(alpha) * np.expm1(np.minimum(x, 0)))
 
 
-def _activation(module: nn.Module) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+def _activation(module: "nn.Module") -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """The numpy function of an activation module (None: not one we copy);
     module-level functions, so that a snapshot pickles (env workers that act
     receive one: ``algorithms.acting_policy``)."""
+    import torch.nn as nn
+
     if type(module) is nn.Tanh:
         return np.tanh
     if type(module) is nn.ReLU:
@@ -75,9 +82,11 @@ def _activation(module: nn.Module) -> Optional[Callable[[np.ndarray], np.ndarray
 _Layer = Tuple[str, object]
 
 
-def _layers(modules: Sequence[nn.Module]) -> Optional[List[_Layer]]:
+def _layers(modules: Sequence["nn.Module"]) -> Optional[List[_Layer]]:
     """Numpy copies of a chain of Linear and activation modules (None if the
     chain holds anything else)."""
+    import torch.nn as nn
+
     layers: List[_Layer] = []
     for module in modules:
         if type(module) is nn.Linear:
@@ -111,7 +120,7 @@ class NumpyActorCritic:
 
     def __init__(self, body: List[_Layer], head: List[_Layer], value: List[_Layer],
                  nvec: Tuple[int, ...], log_std: Optional[np.ndarray],
-                 sde_std: Optional[np.ndarray] = None):
+                 sde_std: Optional[np.ndarray] = None, sde_variance_floor: float = 0.0):
         self._body = body  # the actor's hidden layers (features [B, F])
         self._head = head  # its output layer (mean or logits)
         self._value = value
@@ -119,14 +128,17 @@ class NumpyActorCritic:
         self._sde_std = sde_std  # [F, A] the noise matrix's stds (gSDE), or None
         if sde_std is not None:
             self._sde_var = (sde_std * sde_std).astype(np.float32)
+            self._sde_floor = np.float32(sde_variance_floor)
         elif log_std is not None:
             self._scale = np.exp(log_std).astype(np.float32)
             self._log_scale = np.log(self._scale)
 
     @classmethod
-    def of(cls, model: ActorCritic) -> Optional["NumpyActorCritic"]:
+    def of(cls, model: "ActorCritic") -> Optional["NumpyActorCritic"]:
         """A snapshot of ``model``, or None where only torch can run it (image
         observations, a recurrent core, an unknown layer)."""
+        from alf_async.networks.distributions import SDE_VARIANCE_FLOOR
+
         if model.observation_spec.is_image or model.rnn is not None:
             return None
         actor, value = model.actor, model.value
@@ -142,7 +154,7 @@ class NumpyActorCritic:
         elif not spec.discrete:
             log_std = actor.log_std.detach().clamp(actor.min_log_std, actor.max_log_std).numpy()
         return cls(body, head, value_layers, tuple(spec.nvec) if spec.discrete else (),
-                   log_std, sde_std)
+                   log_std, sde_std, SDE_VARIANCE_FLOOR)
 
     def value(self, observation: np.ndarray) -> np.ndarray:
         """(normalized) observations [B, O] float32 -> value [B]."""
@@ -162,8 +174,7 @@ class NumpyActorCritic:
             action, log_prob = self._categorical(out, rng, deterministic)
             return action, log_prob.astype(np.float32), value
         if self._sde_std is not None:
-            scale = np.sqrt((features * features) @ self._sde_var
-                            + np.float32(SDE_VARIANCE_FLOOR))
+            scale = np.sqrt((features * features) @ self._sde_var + self._sde_floor)
             log_scale = np.log(scale)
         else:
             scale, log_scale = self._scale, self._log_scale

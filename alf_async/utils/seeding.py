@@ -17,3 +17,10 @@ def derive_seed(*values: int) -> int:
     """
     return int(np.random.SeedSequence([int(v) % (2 ** 63) for v in values])
                .generate_state(1)[0] % (2 ** 31 - 2 ** 20))
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """The seed of sampling stream ``stream`` of a policy seeded with ``seed``
+    (``algorithms.sampling_streams``): the seed itself for stream 0, so that a
+    single-stream policy samples as one generator seeded with it would."""
+    return int(seed) if stream == 0 else derive_seed(seed, stream)
