@@ -1,35 +1,25 @@
 """``RayActorPool``: N Ray actors feeding one learner (``Trainer.backend = "ray"``).
 
-Each actor is a Ray actor (``_RayActor``, one per ``Trainer.num_actors``) that
-owns an ``Actor``: a policy copy and a ``BatchedEnv`` of K envs with its own W
-env-worker processes on the actor's node, exactly as in an actor process. The
-learner stays in the driver (the trainer's process). What crosses the cluster:
-
-- weights: one object per version (``ray.put`` once when published); an unroll
-  call carries the reference, so each node fetches a version once however many
-  of its actors use it;
-- trajectories: an unroll call returns (``BatchReady``, [T, K, ...] arrays) as
-  one object, which the learner fetches when the scheduler picks the batch.
+Each Ray actor (runtime.ray_actor's ``_RayActor``, one per ``Trainer.num_actors``)
+owns an ``Actor`` (a policy copy and a ``BatchedEnv`` of K envs with its own W
+env-worker processes on its node), as an actor process does; the learner stays
+in the driver. Weights cross the cluster as one object per version (``ray.put``
+once; each node fetches a version once), trajectories as one object per unroll
+call (``BatchReady`` and its [T, K, ...] arrays), fetched when the scheduler
+picks the batch. Importing Ray, the connection and the placement are
+runtime.ray_cluster's (``RayConnection``, the pool's ``cluster``); this module
+keeps the batch bookkeeping.
 
 The contract is the process pool's (runtime.actor_pool): ``slots_per_actor``
-unroll calls in flight per actor ("slots" are call tokens here, no shared
-memory), N = 1 exactly synchronous, the same ``LagScheduler`` (oldest version
-first, lag <= N - 1), the same restart budget. An actor that dies (its process,
-or the node under it) fails its calls with a Ray actor error: the pool drops its
-pending and in-flight batches (counted), kills it and starts a fresh one. An actor
-whose unroll makes no progress for ``actor_timeout_s`` (asked every few seconds
-through a separate concurrency group, so the question is answered mid-unroll) is
-killed and restarted too.
-
-An actor starts with the weights of the version current when its slot is handed
-out (at ``release``), which with one slot per actor is the newest version, as
-in the process pool.
-
-The Ray actor itself is runtime.ray_actor (``_RayActor``); importing Ray, the
-connection and the placement are runtime.ray_cluster (``RayConnection``, which
-the pool holds as ``cluster``). This module keeps the pool's batch bookkeeping.
+unroll calls in flight per actor (call tokens, no shared memory), N = 1 exactly
+synchronous, the same ``LagScheduler`` (oldest version first, lag <= N - 1),
+the same restart budget, and an actor starts with the version current when its
+slot is handed out. An actor that dies (its process or its node) fails its calls
+with a Ray actor error: its pending and in-flight batches are dropped (counted)
+and a fresh actor replaces it, as one whose unroll makes no progress for
+``actor_timeout_s`` is (asked every few seconds through a separate concurrency
+group, so that the question is answered mid-unroll).
 """
-
 from __future__ import annotations
 
 import logging
