@@ -120,7 +120,11 @@ class NumpyActorCritic:
 
     def __init__(self, body: List[_Layer], head: List[_Layer], value: List[_Layer],
                  nvec: Tuple[int, ...], log_std: Optional[np.ndarray],
-                 sde_std: Optional[np.ndarray] = None, sde_variance_floor: float = 0.0):
+                 sde_std: Optional[np.ndarray] = None,
+                 sde_variance_floor: Optional[float] = None):
+        if sde_std is not None and sde_variance_floor is None:
+            raise ValueError("a gSDE snapshot needs the variance floor of the torch "
+                             "model's scale (networks.distributions.SDE_VARIANCE_FLOOR)")
         self._body = body  # the actor's hidden layers (features [B, F])
         self._head = head  # its output layer (mean or logits)
         self._value = value
