@@ -80,7 +80,6 @@ def run_alf(mode: str, index: int, args: argparse.Namespace) -> Dict[str, Any]:
 def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sf_python, SF_SCRIPT, "--env", ENV, "--steps", str(args.env_steps),
            "--async_rl", "1" if mode == "async" else "0"]
-    logger.info("running: %s", " ".join(cmd))
     return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
 
 

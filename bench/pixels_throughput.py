@@ -76,7 +76,6 @@ def shm_per_trajectory_mb(gin_file: str, params: List[str]) -> Dict[str, float]:
 
 def run_peer(cmd: List[str], timeout_s: float) -> Dict[str, Any]:
     """The JSON line a peer script prints."""
-    logger.info("running: %s", " ".join(cmd))
     return children.run_peer_json(cmd, timeout_s=timeout_s)
 
 

@@ -87,7 +87,6 @@ def sb3_run(python: str, seed: int, steps: int, threshold: float,
             timeout_s: float) -> Dict[str, Any]:
     cmd = [python, PEER, "--steps", str(steps), "--seed", str(seed),
            "--threshold", str(threshold)]
-    logger.info("running: %s", " ".join(cmd))
     out = children.run_peer_json(cmd, timeout_s=timeout_s)
     curve = out.pop("curve")
     out["final_return"] = curve[-1][2] if curve else None

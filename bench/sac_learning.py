@@ -100,7 +100,6 @@ def run_alf(name: str, marks: List[int], args: argparse.Namespace) -> Dict[str, 
 def run_sb3(marks: List[int], args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sb3_python, SB3_SCRIPT, "--marks", ",".join(map(str, marks)),
            "--seed", str(args.seed), "--threshold", str(args.threshold)]
-    benchlib.logger.info("running: %s", " ".join(cmd))
     return children.run_peer_json(cmd, timeout_s=args.timeout_s)
 
 

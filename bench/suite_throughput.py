@@ -70,7 +70,6 @@ def run_alf(env: str, mode: str, args: argparse.Namespace) -> float:
 def run_sb3(env: str, args: argparse.Namespace) -> Dict[str, Any]:
     env_id, _ = ZOO_PPO_SCORES[env]
     cmd = [args.sb3_python, SB3_SCRIPT, "--env", env_id, "--steps", str(args.env_steps)]
-    logger.info("running: %s", " ".join(cmd))
     return children.run_peer_json(cmd, timeout_s=args.timeout_s)
 
 

@@ -17,7 +17,8 @@ the budget needs), sends a ``WorkerHeartbeat`` every
 ``runtime.messages.HEARTBEAT_INTERVAL_S`` (2 s, as actors do) while it runs
 one, and answers ``SendState`` / ``StopWorker`` between them (a "synced" worker
 syncs before its final state, so no update is lost at the end). It stops when
-told to or when its trainer dies; on an error it reports ``WorkerFailed`` and exits with 1.
+told to or when its trainer dies; on an error it reports ``WorkerFailed`` and
+exits with 1.
 """
 
 from __future__ import annotations

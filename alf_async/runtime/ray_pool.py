@@ -20,6 +20,7 @@ and a fresh actor replaces it, as one whose unroll makes no progress for
 ``actor_timeout_s`` is (asked every few seconds through a separate concurrency
 group, so that the question is answered mid-unroll).
 """
+
 from __future__ import annotations
 
 import logging
