@@ -33,7 +33,7 @@ from typing import Dict, Mapping, Union
 import numpy as np
 
 from alf_async.envs.spaces import ObservationSpec, as_observation_spec
-from alf_async.utils.shared_memory import ArraySpec, SharedArrays
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays, SharedBlockHolder
 
 TRANSITION_FIELDS = ("observation", "action", "reward", "next_observation", "terminated")
 STORED_FIELDS = TRANSITION_FIELDS + ("inserted_at",)
@@ -61,7 +61,7 @@ def replay_nbytes(capacity: int, observation: Union[ObservationSpec, int],
     return sum(s.nbytes for s in replay_specs(capacity, observation, action_dim).values())
 
 
-class ReplayBuffer:
+class ReplayBuffer(SharedBlockHolder):
     """C transitions in a shared-memory ring (see the module docstring).
 
     Use ``ReplayBuffer.create(capacity, O, A)`` in the owner (the writer) and
@@ -70,7 +70,7 @@ class ReplayBuffer:
     """
 
     def __init__(self, block: SharedArrays):
-        self.block = block
+        super().__init__(block)
         self.capacity = block.arrays["reward"].shape[0]
 
     @classmethod
@@ -80,18 +80,6 @@ class ReplayBuffer:
             raise ValueError(f"replay buffer capacity must be >= 1, got {capacity}")
         return cls(SharedArrays.create(replay_specs(capacity, observation, action_dim),
                                        tag="replay"))
-
-    @classmethod
-    def attach(cls, name: str, specs: Mapping[str, ArraySpec]) -> "ReplayBuffer":
-        return cls(SharedArrays.attach(name, specs))
-
-    @property
-    def name(self) -> str:
-        return self.block.name
-
-    @property
-    def specs(self) -> Dict[str, ArraySpec]:
-        return self.block.specs
 
     @property
     def size(self) -> int:
@@ -171,6 +159,3 @@ class ReplayBuffer:
         rows = {key: np.asarray(state[key]).reshape((count, 1) + a[key].shape[1:])
                 for key in STORED_FIELDS if key in state}  # a trajectory of [count, 1]
         self.add_trajectory(rows)
-
-    def close(self) -> None:
-        self.block.close()

@@ -37,7 +37,7 @@ from typing import Dict, Optional, Union
 import numpy as np
 
 from alf_async.envs.spaces import ObservationSpec, as_observation_spec
-from alf_async.utils.shared_memory import ArraySpec, SharedArrays
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays, SharedBlockHolder
 
 _FIELDS = {
     "observation": ("obs", None),  # the ObservationSpec's shape and dtype
@@ -100,11 +100,11 @@ def allocate_trajectory(unroll_length: int, num_envs: int,
         next_observation=next_observation, state_size=state_size).items()}
 
 
-class TrajectorySlots:
+class TrajectorySlots(SharedBlockHolder):
     """S preallocated trajectory buffers in one shared-memory block."""
 
     def __init__(self, block: SharedArrays):
-        self.block = block
+        super().__init__(block)
         self.num_slots = next(iter(block.arrays.values())).shape[0]
 
     @classmethod
@@ -116,21 +116,6 @@ class TrajectorySlots:
                                  state_size=state_size)
         return cls(SharedArrays.create(specs, tag="traj"))
 
-    @classmethod
-    def attach(cls, name: str, specs: Dict[str, ArraySpec]) -> "TrajectorySlots":
-        return cls(SharedArrays.attach(name, specs))
-
-    @property
-    def name(self) -> str:
-        return self.block.name
-
-    @property
-    def specs(self) -> Dict[str, ArraySpec]:
-        return self.block.specs
-
     def slot(self, index: int) -> Dict[str, np.ndarray]:
         """Views [T, K, ...] of slot ``index`` (no copy)."""
         return {k: v[index] for k, v in self.block.arrays.items()}
-
-    def close(self) -> None:
-        self.block.close()

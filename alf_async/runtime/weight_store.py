@@ -21,7 +21,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from alf_async.utils.shared_memory import ArraySpec, SharedArrays, iter_specs
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays, SharedBlockHolder, iter_specs
 
 _META = "__meta__"  # int64 [2]: sequence counter, version
 
@@ -58,11 +58,11 @@ def weights_digest(arrays: Mapping[str, np.ndarray]) -> int:
     return crc
 
 
-class WeightStore:
+class WeightStore(SharedBlockHolder):
     """Versioned weights shared by one writer and many readers."""
 
     def __init__(self, block: SharedArrays):
-        self.block = block
+        super().__init__(block)
         self._meta = block.arrays[_META]
 
     @classmethod
@@ -73,18 +73,6 @@ class WeightStore:
         store = cls(SharedArrays.create(specs, tag="weights"))
         store._meta[:] = (0, -1)
         return store
-
-    @classmethod
-    def attach(cls, name: str, specs: Dict[str, ArraySpec]) -> "WeightStore":
-        return cls(SharedArrays.attach(name, specs))
-
-    @property
-    def name(self) -> str:
-        return self.block.name
-
-    @property
-    def specs(self) -> Dict[str, ArraySpec]:
-        return self.block.specs
 
     @property
     def version(self) -> int:
@@ -120,6 +108,3 @@ class WeightStore:
             if deadline is None or time.monotonic() > deadline:
                 return None
             time.sleep(0.001)
-
-    def close(self) -> None:
-        self.block.close()

@@ -47,7 +47,7 @@ import tempfile
 import weakref
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -164,6 +164,37 @@ class SharedArrays:
                 # process. The file itself is already unlinked.
                 pass
             self._mmap = None
+
+
+_Holder = TypeVar("_Holder", bound="SharedBlockHolder")
+
+
+class SharedBlockHolder:
+    """Base of the objects that give one ``SharedArrays`` block a meaning
+    (trajectory slots, the weight store, the replay buffer): the block, its
+    name and specs (what another process needs to ``attach``), and ``close``.
+    A subclass's ``__init__(block)`` reads what it needs from the block, and its
+    own ``create`` builds the specs."""
+
+    def __init__(self, block: SharedArrays):
+        self.block = block
+
+    @classmethod
+    def attach(cls: Type[_Holder], name: str, specs: Mapping[str, ArraySpec]) -> _Holder:
+        """The holder of the block ``name`` created by another process."""
+        return cls(SharedArrays.attach(name, specs))
+
+    @property
+    def name(self) -> str:
+        return self.block.name
+
+    @property
+    def specs(self) -> Dict[str, ArraySpec]:
+        return self.block.specs
+
+    def close(self) -> None:
+        """Unmap the block (the owner also unlinks it). Safe to call twice."""
+        self.block.close()
 
 
 def _unlink_quietly(path: str) -> None:
