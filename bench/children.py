@@ -14,7 +14,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+
+import psutil
+
+from alf_async.utils.shared_memory import block_owner_pid, list_blocks
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("bench")
@@ -129,3 +133,63 @@ def _terminate(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+class DescendantWatch:
+    """Every process seen below a run's root process (pid -> creation time), so
+    that after the run a bench can tell whether any of them outlived it or left
+    a shared-memory block behind. Call ``record()`` while the run lives (each
+    call adds the descendants alive then); a pid reused by an unrelated process
+    later does not count, its creation time differs.
+    """
+
+    def __init__(self, root_pid: int):
+        self.root_pid = root_pid
+        self.seen: Dict[int, float] = {}
+
+    def record(self, pids: Optional[Iterable[int]] = None) -> None:
+        """Add ``pids``, or (None) every descendant of the root alive now."""
+        if pids is None:
+            try:
+                pids = [p.pid for p in psutil.Process(self.root_pid).children(recursive=True)]
+            except psutil.Error:
+                return
+        for pid in pids:
+            try:
+                self.seen.setdefault(int(pid), psutil.Process(int(pid)).create_time())
+            except psutil.Error:
+                pass
+
+    def alive(self) -> List[int]:
+        """The pids seen that still run (zombies excepted)."""
+        left = []
+        for pid, created in self.seen.items():
+            try:
+                proc = psutil.Process(pid)
+                if (abs(proc.create_time() - created) < 0.01
+                        and proc.status() != psutil.STATUS_ZOMBIE):
+                    left.append(pid)
+            except psutil.Error:
+                pass
+        return left
+
+    def wait_gone(self, timeout_s: float = 15.0) -> List[int]:
+        """Give the processes seen ``timeout_s`` seconds to end; the pids still
+        running then."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self.alive()
+
+    def leftover_blocks(self) -> List[str]:
+        """Shared-memory blocks whose owner is the root or a process seen."""
+        owners = set(self.seen) | {self.root_pid}
+        return [name for name in list_blocks() if block_owner_pid(name) in owners]
+
+    def kill_alive(self) -> None:
+        """SIGKILL whatever is still running (so it cannot disturb a next run)."""
+        for pid in self.alive():
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass

@@ -39,9 +39,9 @@ from typing import Dict, List, Optional
 import psutil
 
 from alf_async.reporting.run_metrics import read_metrics
-from alf_async.utils.shared_memory import block_owner_pid
 
 from bench import benchlib
+from bench.children import DescendantWatch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("fault_injection")
@@ -107,23 +107,13 @@ def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=sys.stderr,
                             stderr=sys.stderr, start_new_session=True)
-    seen: Dict[int, float] = {}
-
-    def watch():
-        try:
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    seen.setdefault(p.pid, p.create_time())
-                except psutil.Error:
-                    pass
-        except psutil.Error:
-            pass
+    watch = DescendantWatch(proc.pid)
 
     try:
         deadline = started + args.timeout_s
         kill_at = None
         while proc.poll() is None and time.monotonic() < deadline:
-            watch()
+            watch.record()
             now = time.monotonic()
             if kill_at is None:
                 rows = read_metrics(root)
@@ -160,29 +150,9 @@ def one_run(index: int, args: argparse.Namespace, rng: random.Random, base: str)
     record["finished"] = bool(proc.returncode == 0
                               and record["final_iteration"] == args.iterations)
     # Nothing of the run may remain.
-    def leftovers():
-        left = []
-        for pid, created in seen.items():
-            try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.Error:
-                pass
-        return left
-    until = time.monotonic() + 15
-    while leftovers() and time.monotonic() < until:
-        time.sleep(0.2)
-    owners = set(seen) | {proc.pid}
-    record["leftover_processes"] = leftovers()
-    record["leftover_shm_blocks"] = [b for b in os.listdir("/dev/shm")
-                                     if b.startswith("alfa_") and block_owner_pid(b) in owners] \
-        if os.path.isdir("/dev/shm") else []
-    for pid in record["leftover_processes"]:  # do not let them disturb the next run
-        try:
-            psutil.Process(pid).kill()
-        except psutil.Error:
-            pass
+    record["leftover_processes"] = watch.wait_gone()
+    record["leftover_shm_blocks"] = watch.leftover_blocks()
+    watch.kill_alive()  # do not let them disturb the next run
     logger.info("run %d: exit %s, iteration %d/%d, actor restarts %d, env failures %d, "
                 "%.1f s", index, proc.returncode, record["final_iteration"], args.iterations,
                 record["actor_restarts"], record["env_failures"], record["wall_s"])

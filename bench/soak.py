@@ -38,9 +38,9 @@ from typing import Dict, List, Optional
 import psutil
 
 from alf_async.reporting.run_metrics import read_metrics
-from alf_async.utils.shared_memory import block_owner_pid
 
 from bench import benchlib
+from bench.children import DescendantWatch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 logger = logging.getLogger("soak")
@@ -161,7 +161,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=sys.stderr,
                             stderr=sys.stderr, start_new_session=True)
     samples: List[Dict] = []
-    seen: Dict[int, float] = {}
+    watch = DescendantWatch(proc.pid)
     result: Dict = {"bench": "soak", "minutes": args.minutes,
                     "sample_interval_s": args.sample_interval_s,
                     "warmup_minutes": args.warmup_minutes, "num_actors": args.num_actors,
@@ -184,11 +184,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if now >= next_sample:
                 sample = take_sample(proc.pid, t0)
                 samples.append(sample)
-                for pid in sample["processes"]:
-                    try:
-                        seen[int(pid)] = psutil.Process(int(pid)).create_time()
-                    except psutil.Error:
-                        pass
+                watch.record(sample["processes"])
                 logger.info("t=%5.0fs RSS trainer %.0f MiB, actors %.0f MiB (%d), env workers "
                             "%.0f MiB (%d); fds %d", sample["t_s"],
                             sample["trainer"]["rss_mib"], sample["actors"]["rss_mib"],
@@ -197,11 +193,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 next_sample += args.sample_interval_s
             time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
         samples.append(take_sample(proc.pid, t0))
-        for pid in samples[-1]["processes"]:
-            try:
-                seen[int(pid)] = psutil.Process(int(pid)).create_time()
-            except psutil.Error:
-                pass
+        watch.record(samples[-1]["processes"])
         rows = read_metrics(root)
 
         # Stop like Ctrl-C does: SIGINT to the whole process group.
@@ -223,24 +215,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     # Nothing of the run may remain.
-    deadline = time.monotonic() + 15
-    def leftovers():
-        left = []
-        for pid, created in seen.items():
-            try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.Error:
-                pass
-        return left
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    owners = set(seen) | {proc.pid}
-    shm = [b for b in (os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else [])
-           if b.startswith("alfa_") and block_owner_pid(b) in owners]
-    result["leftover_processes"] = leftovers()
-    result["leftover_shm_blocks"] = shm
+    result["leftover_processes"] = watch.wait_gone()
+    shm = result["leftover_shm_blocks"] = watch.leftover_blocks()
     result["clean_stop"] = (result.get("exit_status") == 130 and not result["leftover_processes"]
                             and not shm)
     ckpts = os.path.join(root, "checkpoints")

@@ -13,6 +13,7 @@ import sys
 import psutil
 import pytest
 
+from alf_async.utils.shared_memory import shm_directory
 from bench import children
 from conftest import REPO_ROOT, wait_until
 
@@ -86,3 +87,54 @@ def test_a_peer_run_gives_its_last_json_line_and_a_failed_one_is_named():
     with pytest.raises(SystemExit, match=r"stopped after 1 s"):
         children.run_peer_json([sys.executable, "-c", "import time; time.sleep(60)"],
                                timeout_s=1)
+
+
+# A parent that starts a child holding a shared-memory block, writes the
+# child's pid once the block exists, then waits to be killed.
+TREE = """
+import subprocess, sys, time
+sys.path.insert(0, {repo!r})
+child = subprocess.Popen([sys.executable, "-c", {child!r}], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+with open({ready!r} + ".tmp", "w") as f:
+    f.write(str(child.pid))
+import os
+os.replace({ready!r} + ".tmp", {ready!r})
+time.sleep(600)
+"""
+CHILD = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from alf_async.utils.shared_memory import ArraySpec, SharedArrays
+block = SharedArrays.create({{"x": ArraySpec((4,), "float32")}}, tag="watch")
+print(block.name, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_descendant_watch_finds_what_a_killed_run_left(tmp_path):
+    ready = str(tmp_path / "ready")
+    root = subprocess.Popen([sys.executable, "-c", TREE.format(
+        repo=REPO_ROOT, ready=ready, child=CHILD.format(repo=REPO_ROOT))])
+    watch = children.DescendantWatch(root.pid)
+    try:
+        assert wait_until(lambda: os.path.exists(ready), timeout=60), "the child made no block"
+        watch.record()
+        with open(ready, encoding="utf-8") as f:
+            child_pid = int(f.read())
+        assert child_pid in watch.seen
+        root.kill()  # the child is orphaned, with its block
+        root.wait()
+        # The child outlives it (and so does the resource tracker the child's
+        # block started).
+        assert child_pid in watch.wait_gone(timeout_s=0.5)
+        blocks = watch.leftover_blocks()
+        assert len(blocks) == 1 and blocks[0].startswith(f"alfa_{child_pid}_watch_")
+        watch.kill_alive()
+        assert watch.wait_gone(timeout_s=30) == []
+    finally:
+        if root.poll() is None:
+            root.kill()
+        watch.kill_alive()
+        for name in watch.leftover_blocks():  # its owner was killed: ours to remove
+            os.unlink(os.path.join(shm_directory(), name))
