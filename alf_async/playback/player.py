@@ -77,7 +77,13 @@ def trainer_setting(name: str) -> Any:
 
 
 def load_policy(root_dir: str, checkpoint: Optional[str]):
-    """(policy, RunEnv, checkpoint path) of a run."""
+    """(policy, RunEnv, checkpoint path) of a run.
+
+    The run's ``config.gin`` is parsed into gin's global config (with the
+    learner's device bound to "cpu"), replacing whatever was parsed before and
+    left bound afterwards: a program that loads a policy and then trains parses
+    its own config again (``config.parse_config`` clears gin first).
+    """
     import gin
 
     from alf_async.algorithms.policy import NeuralPolicy
