@@ -17,10 +17,10 @@ agent steps (4 frames each; default 2M), one after the other:
   training loop's wall time (summed over resumes, start-up excluded) and
   ``episode_return``, the mean unclipped score of the last 100 finished games.
 - ``sb3:s``: bench/peers/sb3_atari_ppo.py under ``--sb3_python`` (SB3 in its
-  own virtualenv: ../shared/peers/README.md, plus ale-py and
-  opencv-python-headless), seed s, in ``root_dir/sb3_s<s>``
-  (``--save_dir``: saved and resumed there); its progress.jsonl gives the same
-  three figures per rollout (the mean of the last 100 games; learning time).
+  own virtualenv with ale-py and opencv: bench/peers/README.md), seed s, in
+  ``root_dir/sb3_s<s>`` (``--save_dir``: saved and resumed there); its
+  progress.jsonl gives the same three figures per rollout (the mean of the
+  last 100 games; learning time).
 
 Both play ``ALE/Pong-v5`` (sticky actions) with 8 envs. Reported for each run
 (``--table`` reads what the runs have written, finished or not): env steps

@@ -7,7 +7,7 @@ Runs, one after another on this machine (never side by side):
 - ``sb3`` (with ``--sb3_python``): Stable-Baselines3's SAC with the
   rl-baselines3-zoo hyperparameters (``bench/peers/sb3_sac.py``), run by the
   Python of SB3's own virtual environment (a benchmark-only dependency, never
-  one of alf_async's; see ../shared/peers/README.md for the venv).
+  one of alf_async's; bench/peers/README.md makes the venv).
 
 Per run and per mark in ``--marks`` (env steps, default 100000,300000): the
 mean return of the last 100 finished episodes when the run first reached the

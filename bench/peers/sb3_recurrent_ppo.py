@@ -2,9 +2,8 @@
 rl-baselines3-zoo's settings, for bench/recurrent_cartpole.py.
 
 Runs under the Python of SB3's own virtual environment with sb3-contrib
-installed (never alf_async's: a benchmark-only dependency; into the SB3 venv
-of ../shared/peers/README.md: ``/tmp/peers/sb3/bin/pip install sb3-contrib==2.9.2``,
-the version matching its stable-baselines3 2.9.2), e.g.
+installed (never alf_async's: a benchmark-only dependency; bench/peers/README.md
+sets it up, sb3-contrib 2.9.2 to match stable-baselines3 2.9.2), e.g.
     /tmp/peers/sb3/bin/python bench/peers/sb3_recurrent_ppo.py --steps 150000 --seed 0
 
 The env: gymnasium's CartPole-v1 observing [cart position, pole angle] only

@@ -2,8 +2,8 @@
 for bench/pixels_throughput.py.
 
 Runs under the Python of Sample Factory's own virtual environment (never
-alf_async's: a benchmark-only dependency; ../shared/peers/README.md makes it,
-plus ale-py 0.9.1 and opencv-python-headless<4.11 for numpy 1.26), e.g.
+alf_async's: a benchmark-only dependency; bench/peers/README.md makes it, with
+ale-py 0.9.1 and opencv-python-headless<4.11 for numpy 1.26), e.g.
     /tmp/peers/sf/bin/python bench/peers/sf_atari_ppo.py --steps 20000 --async_rl 1
 
 Settings: sf_examples.atari (imported from the sample-factory wheel, not

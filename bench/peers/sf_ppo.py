@@ -2,7 +2,7 @@
 settings, for bench/peer_throughput.py.
 
 Runs under the Python of Sample Factory's own virtual environment (never
-alf_async's: a benchmark-only dependency; ../shared/peers/README.md makes it),
+alf_async's: a benchmark-only dependency; bench/peers/README.md makes it),
 e.g.
     /tmp/peers/sf/bin/python bench/peers/sf_ppo.py --steps 98304 --async_rl 0
 
