@@ -10,7 +10,7 @@ raises ``ConfigError`` naming ``Trainer.<field>`` before anything is started.
 Groups (by concern):
 
 - what to train and for how long: algorithm, runtime, env_name, max_episode_steps,
-  time_feature, seed,
+  time_feature, terminal_on_life_loss, seed,
   num_env_steps, num_iterations;
 - the actors: num_envs (K), num_env_workers (W), env_splits, acting_env_workers,
   num_actors (N), unroll_length,
@@ -127,11 +127,18 @@ class TrainerSettings:
             seconds is taken as hung, killed and restarted (0: never).
         fatal_env_errors: an env that raises (or an env worker that dies) stops
             the run instead of being recreated with its episode dropped.
-        max_episode_steps: override of the env's time limit (None keeps it).
+        max_episode_steps: override of the env's time limit (None keeps it); for
+            an Atari game, in env steps of 4 frames.
         time_feature: append the fraction of the time limit elapsed, t / limit
             in [0, 1], to each observation (gymnasium's TimeAwareObservation; the
             TimeFeature of rl-baselines3-zoo's PyBullet configs, there 1 - t /
             limit). Needs a time limit. The play command adds it too.
+        terminal_on_life_loss: Atari games only: a lost life ends the training
+            episode (no bootstrap past it) while the game goes on, the usual
+            setting for games with lives (Breakout); episode returns in the
+            metrics stay whole games' scores, and evaluation and the play
+            command play whole games. False: only the game's end ends an
+            episode.
         max_trajectory_memory_gb: refuse configurations whose trajectory slots
             (N * slots_per_actor * one trajectory) would need more shared memory.
         learner_num_threads: torch CPU threads of the learner (0 keeps torch's
@@ -173,6 +180,7 @@ class TrainerSettings:
     max_episode_steps: Optional[int] = field(default=None,
                                              metadata=rule("int", low=1, optional=True))
     time_feature: bool = field(default=False, metadata=rule("bool"))
+    terminal_on_life_loss: bool = field(default=False, metadata=rule("bool"))
     max_trajectory_memory_gb: float = field(default=8.0, metadata=rule(
         "number", low=0, low_open=True))
     learner_num_threads: int = field(default=1, metadata=rule("int", low=0))

@@ -302,6 +302,20 @@ def test_the_pong_config_trains_a_few_iterations(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert _rows(root)[-1]["iteration"] == 2
     assert "A.L.E" not in result.stderr  # ale-py's banner is kept off the console
+    # Its video: the game's frames, one an env step of 4 game frames, in real
+    # time (the overlay's step count keeps GIF writers from merging frames).
+    gif = str(tmp_path / "pong.gif")
+    played = subprocess.run([sys.executable, "-m", "alf_async.bin.play", f"--root_dir={root}",
+                             "--num_episodes=1", "--max_steps=3",
+                             f"--record_file={gif}"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=200)
+    assert played.returncode == 0, played.stderr[-3000:]
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.size == (160, 210) and image.n_frames == 4
+        # GIF keeps centiseconds: 1000 / 15 ms is stored as 60 or 70 (30 fps: 30 or 40)
+        assert image.info["duration"] == pytest.approx(1000 / 15, abs=10)
 
 
 def test_a_checkpoint_that_does_not_fit_the_networks_is_refused_naming_it(dot_run, tmp_path,

@@ -11,6 +11,8 @@ each episode's return and length. ``--record_file`` renders the env off-screen
 and writes every frame of every episode (a first frame after each reset, then
 one per step) to a .gif (always available) or .mp4 (needs imageio-ffmpeg); each
 frame is labelled with the episode, step and return unless ``--nooverlay``.
+The video plays at the env's ``render_fps`` (Atari: 15 frames a second, one an
+env step of 4 game frames, so it plays in real time) unless ``--fps`` says.
 Without ``--record_file`` nothing is rendered, so an env that cannot render is
 evaluated all the same. ``--max_steps`` caps the steps of each episode.
 
@@ -50,6 +52,7 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
          record_file: Optional[str] = None, max_steps: Optional[int] = None,
          fps: Optional[float] = None, seed: int = 0, overlay: bool = True) -> int:
     """Run the episodes (and record them); returns the exit status."""
+    from alf_async.envs import atari
     from alf_async.playback.player import PlayError, load_policy, make_play_env, run_episodes
     from alf_async.playback.video import VideoError, VideoWriter, video_format
 
@@ -68,7 +71,8 @@ def play(root_dir: str, checkpoint: Optional[str] = None, num_episodes: int = 1,
     writer = None
     try:
         if record_file:
-            env_fps = (getattr(env.env, "metadata", {}) or {}).get("render_fps") or 30
+            env_fps = (atari.STEPS_PER_SECOND if atari.is_atari(run_env.env_name) else
+                       (getattr(env.env, "metadata", {}) or {}).get("render_fps") or 30)
             writer = VideoWriter(record_file, fps or env_fps)
         episodes = run_episodes(policy, env, num_episodes, seed, writer, overlay,
                                 max_steps=max_steps)

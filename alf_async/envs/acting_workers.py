@@ -26,7 +26,7 @@ The rollout block (``worker_acting.rollout_specs``; T = unroll_length, K = num_e
   batch writes row t0 before a request, the worker row t + 1 after each step;
 - action [T, K, A], log_prob, value, reward, truncation_value [T, K] float32
   (truncation_value: V(final observation) where truncated, else 0);
-- terminated, truncated, env_failed [T, K] bool;
+- terminated, truncated, env_failed, life_lost [T, K] bool;
 - progress [K] int64: the rows of env k written in this unroll;
 - act_s [K] float64: seconds worker w spent in its policy this unroll, at the
   index of its first env (0 elsewhere).
@@ -179,7 +179,7 @@ class ActingWorkers:
                 on_wait()
         self._unrolling = False
         env.record_unroll(r["reward"], r["terminated"], r["truncated"], r["env_failed"],
-                          r["observation"][T], failures)
+                          r["life_lost"], r["observation"][T], failures)
         return r, float(r["act_s"].sum()) / len(env._workers)
 
     def _resume_after_loss(self, position: int, error: _WorkerLost,
@@ -201,6 +201,7 @@ class ActingWorkers:
         r["terminated"][t, envs] = False
         r["truncated"][t, envs] = True
         r["env_failed"][t, envs] = True
+        r["life_lost"][t, envs] = False
         r["truncation_value"][t, envs] = self.policy.value(obs)
         failures += env._replace_worker(position, error)
         r["observation"][t + 1, envs] = env.arrays["observation"][envs]

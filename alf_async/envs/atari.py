@@ -6,9 +6,14 @@
 - ``AtariPreprocessing``: up to 30 no-op actions at reset, the action repeated
   for 4 frames (the base env is made with ``frameskip=1``; the max of the last
   two frames is kept), 84 x 84 grayscale frames as uint8, no scaling (the
-  network divides by 255); the end of the game, not a lost life, ends an episode;
+  network divides by 255);
 - ``FrameStackObservation``: the last 4 frames, an observation of (4, 84, 84)
-  uint8.
+  uint8;
+- with ``terminal_on_life_loss`` (``Trainer.terminal_on_life_loss``, for
+  training envs only), ``EpisodicLife``: a lost life ends the episode for the
+  learner (``terminated``: no bootstrap past it) while the game goes on, and
+  the step says so in ``info["life_lost"]``, so that the episode statistics
+  still count whole games. Without it the end of the game ends an episode.
 
 ``ALE/...-v5`` ids keep ale-py's sticky actions (repeat_action_probability 0.25,
 the benchmark setting of Machado et al., 2018); ``...NoFrameskip-v4`` ids have
@@ -21,13 +26,18 @@ ale-py (which carries the ROMs) and opencv come with the ``atari`` extra:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 FRAME_SKIP = 4
 NOOP_MAX = 30
 SCREEN_SIZE = 84
 FRAME_STACK = 4
+# Env steps a second of game time (the console draws 60 frames a second): the
+# frame rate of a video with one frame an env step that plays in real time
+# (ale-py declares render_fps 30 whatever the frame skip).
+STEPS_PER_SECOND = 60 / FRAME_SKIP
 ATARI_EXTRA = 'pip install -e ".[atari]" (from the alf_async checkout)'
 
 
@@ -66,12 +76,66 @@ def atari_make_kwargs(env_id: str) -> Dict[str, Any]:
     return {} if gym.registry[env_id].kwargs.get("frameskip") == 1 else {"frameskip": 1}
 
 
-def wrap_atari(env: Any) -> Any:
-    """``env`` with the standard preprocessing (see the module doc); raises
-    gymnasium's ``DependencyNotInstalled`` without opencv."""
+def wrap_atari(env: Any, terminal_on_life_loss: bool = False,
+               max_episode_steps: Optional[int] = None) -> Any:
+    """``env`` (made with ``atari_make_kwargs``) with the standard preprocessing
+    (see the module doc) and, with ``max_episode_steps``, a time limit in env
+    steps of 4 frames (a game's, through its lives); raises gymnasium's
+    ``DependencyNotInstalled`` without opencv."""
     import gymnasium as gym
 
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE,
         terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
-    return gym.wrappers.FrameStackObservation(env, FRAME_STACK)
+    env = gym.wrappers.FrameStackObservation(env, FRAME_STACK)
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    return episodic_life_class()(env) if terminal_on_life_loss else env
+
+
+@functools.lru_cache(maxsize=None)
+def episodic_life_class() -> type:
+    """The ``EpisodicLife`` wrapper class (built on first use: it subclasses
+    gymnasium's ``Wrapper``, and importing this module does not import
+    gymnasium)."""
+    import gymnasium as gym
+
+    class EpisodicLife(gym.Wrapper):
+        """A lost life ends the episode (``terminated``, ``info["life_lost"]``)
+        but not the game: the ``reset`` that follows takes one no-op step
+        instead of starting a new game, unless the game is over or a seed is
+        given. (gymnasium's ``AtariPreprocessing(terminal_on_life_loss=True)``
+        starts a new game at every lost life, so that later lives are never
+        played.)"""
+
+        def __init__(self, env: Any):
+            super().__init__(env)
+            self._lives = 0
+            self._game_over = True
+
+        def _ale_lives(self) -> int:
+            return int(self.env.unwrapped.ale.lives())
+
+        def step(self, action: Any):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self._game_over = bool(terminated or truncated)
+            lives = self._ale_lives()
+            if lives < self._lives and not self._game_over:
+                terminated = True
+                info = dict(info, life_lost=True)
+            self._lives = lives
+            return obs, reward, terminated, truncated, info
+
+        def reset(self, *, seed: Any = None, options: Any = None):
+            if self._game_over or seed is not None:
+                obs, info = self.env.reset(seed=seed, options=options)
+            else:  # the game goes on after a lost life
+                obs, _, terminated, truncated, info = self.env.step(0)  # 0: NOOP
+                if terminated or truncated:
+                    obs, info = self.env.reset(options=options)
+            self._game_over = False
+            self._lives = self._ale_lives()
+            return obs, info
+
+    return EpisodicLife
+

@@ -78,6 +78,9 @@ class BatchedEnv:
         max_episode_steps: override of the id's time limit (None keeps it).
         time_feature: append t / time limit to each observation (see
             ``gym_env.make_env``).
+        terminal_on_life_loss: an Atari game's lost life ends the episode for
+            the learner (``terminated``) but not for the episode statistics,
+            which count whole games (see ``gym_env.make_env``).
         fatal_env_errors: raise ``EnvError`` when an env fails instead of
             recreating it and dropping its episode.
         worker_timeout_s: a worker that neither answers nor dies within this many
@@ -100,7 +103,7 @@ class BatchedEnv:
     def __init__(self, env_name: str, num_envs: int, num_workers: int = 0,
                  seed: int = 0, max_episode_steps: Optional[int] = None,
                  fatal_env_errors: bool = False, worker_timeout_s: float = 60.0,
-                 time_feature: bool = False,
+                 time_feature: bool = False, terminal_on_life_loss: bool = False,
                  env_modules: Sequence[str] = (), num_splits: int = 1,
                  wait_for_workers: bool = True):
         if num_envs < 1:
@@ -125,10 +128,12 @@ class BatchedEnv:
         self.seed = seed
         self.fatal_env_errors = fatal_env_errors
         self.time_feature = time_feature
+        self.terminal_on_life_loss = terminal_on_life_loss
         self.worker_timeout_s = worker_timeout_s
         self.env_modules = tuple(env_modules)
         import_env_modules(self.env_modules)
-        obs, self.action_spec, limit = env_spec(env_name, max_episode_steps, time_feature)
+        obs, self.action_spec, limit = env_spec(env_name, max_episode_steps, time_feature,
+                                                terminal_on_life_loss)
         action_dim = self.action_spec.dim
         self.observation_spec = obs
         self.observation_dim = obs.dim
@@ -146,7 +151,8 @@ class BatchedEnv:
             if num_workers == 0:
                 self.arrays = {k: np.zeros(v.shape, v.dtype) for k, v in self._specs.items()}
                 self._group = EnvGroup(env_name, range(num_envs), seed, self.arrays,
-                                       max_episode_steps, fatal_env_errors, time_feature)
+                                       max_episode_steps, fatal_env_errors, time_feature,
+                                       terminal_on_life_loss)
             else:
                 self._block = SharedArrays.create(self._specs, tag="env")
                 self.arrays = self._block.arrays
@@ -171,7 +177,7 @@ class BatchedEnv:
     def _start_worker(self, indices: List[int], seed: int) -> _Worker:
         return _Worker.start(self._block, self._specs, self.env_name, indices, seed,
                              self._max_episode_steps_override, self.time_feature,
-                             self.fatal_env_errors, self.env_modules)
+                             self.terminal_on_life_loss, self.fatal_env_errors, self.env_modules)
 
     @property
     def worker_pids(self) -> List[int]:
@@ -219,6 +225,7 @@ class BatchedEnv:
         a["terminated"][idx] = False
         a["truncated"][idx] = True
         a["env_failed"][idx] = True
+        a["life_lost"][idx] = False
         return [(k, reason) for k in idx]
 
     def _send(self, command: EnvCommand, *args,
@@ -350,7 +357,8 @@ class BatchedEnv:
         terminated = a["terminated"][envs].copy()
         truncated = a["truncated"][envs].copy()
         failed = a["env_failed"][envs].copy()
-        self.episodes.count_step(envs, reward, terminated, truncated, failed)
+        self.episodes.count_step(envs, reward, terminated, truncated, failed,
+                                 a["life_lost"][envs])
         if failures:
             self._note_failures(failures)
         self._last_observation[envs] = a["observation"][envs]
@@ -358,13 +366,14 @@ class BatchedEnv:
                           a["final_observation"][envs].copy(), failed)
 
     def record_unroll(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                      env_failed: np.ndarray, last_observation: np.ndarray,
+                      env_failed: np.ndarray, life_lost: np.ndarray,
+                      last_observation: np.ndarray,
                       failures: List[Tuple[int, str]]) -> None:
         """The book-keeping of T steps that env workers took by themselves
         (``acting_workers``): rows [T, K] of each step's results, the
         observation [K, *O] after the last one and the failures met (each
         already a failed step in the rows)."""
-        self.episodes.count_steps(reward, terminated, truncated, env_failed)
+        self.episodes.count_steps(reward, terminated, truncated, env_failed, life_lost)
         self.episodes.note_failures(failures, drop=False)
         self._last_observation[:] = last_observation
 

@@ -27,13 +27,15 @@ class EnvGroup:
 
     def __init__(self, env_name: str, indices: Sequence[int], seed: int,
                  arrays: Dict[str, np.ndarray], max_episode_steps: Optional[int] = None,
-                 fatal_env_errors: bool = False, time_feature: bool = False):
+                 fatal_env_errors: bool = False, time_feature: bool = False,
+                 terminal_on_life_loss: bool = False):
         self.env_name = env_name
         self.indices = list(indices)
         self.seed = seed
         self.arrays = arrays
         self.max_episode_steps = max_episode_steps
         self.time_feature = time_feature
+        self.terminal_on_life_loss = terminal_on_life_loss
         self.fatal_env_errors = fatal_env_errors
         self.recreated = 0
         self.episode_steps = {k: 0 for k in self.indices}
@@ -43,7 +45,8 @@ class EnvGroup:
 
     def _make(self):
         return make_env(self.env_name, max_episode_steps=self.max_episode_steps,
-                        time_feature=self.time_feature)
+                        time_feature=self.time_feature,
+                        terminal_on_life_loss=self.terminal_on_life_loss)
 
     def _guard(self, k: int, fn):
         try:
@@ -99,6 +102,7 @@ class EnvGroup:
         a["terminated"][self.indices] = False
         a["truncated"][self.indices] = False
         a["env_failed"][self.indices] = False
+        a["life_lost"][self.indices] = False
         return failures
 
     def step(self, split: Optional[Tuple[int, int]] = None) -> List[Tuple[int, str]]:
@@ -109,9 +113,10 @@ class EnvGroup:
         for k, env in self.envs.items():
             if split is not None and k % split[1] != split[0]:
                 continue
-            failed = False
+            failed = life_lost = False
             try:
-                o, r, term, trunc, _ = env.step(a["action"][k])
+                o, r, term, trunc, info = env.step(a["action"][k])
+                life_lost = bool(term and info.get("life_lost", False))
                 self.episode_steps[k] += 1
                 self._finite(k, "reward", r)
                 self._finite(k, "observation", o)
@@ -126,12 +131,13 @@ class EnvGroup:
                 failed = True
                 # Drop the episode: a truncation at the last good observation.
                 a["final_observation"][k] = a["observation"][k]
-                r, term, trunc = 0.0, False, True
+                r, term, trunc, life_lost = 0.0, False, True, False
                 o = self._recreate(k)
             a["reward"][k] = r
             a["terminated"][k] = term
             a["truncated"][k] = trunc and not term
             a["env_failed"][k] = failed
+            a["life_lost"][k] = life_lost
             a["observation"][k] = o
         return failures
 

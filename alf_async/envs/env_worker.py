@@ -30,8 +30,8 @@ from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: str,
                  indices: List[int], seed: int, max_episode_steps: Optional[int],
-                 time_feature: bool, fatal_env_errors: bool, parent_pid: int,
-                 env_modules: Sequence[str]) -> None:
+                 time_feature: bool, terminal_on_life_loss: bool, fatal_env_errors: bool,
+                 parent_pid: int, env_modules: Sequence[str]) -> None:
     """Entry point of an env-worker process: serve commands until ``CLOSE``.
 
     A request is (EnvCommand, args); the reply is ("ok", failures) or
@@ -48,7 +48,7 @@ def _worker_main(conn, block_name: str, specs: Dict[str, ArraySpec], env_name: s
             except Exception:
                 raise EnvError(env_name, None, traceback.format_exc()) from None
             group = EnvGroup(env_name, indices, seed, block.arrays, max_episode_steps,
-                             fatal_env_errors, time_feature)
+                             fatal_env_errors, time_feature, terminal_on_life_loss)
             acting = WorkerActing(group)
             conn.send_bytes(encode_reply([]))
         except EnvError as e:
@@ -105,7 +105,7 @@ class _Worker:
     @classmethod
     def start(cls, block: SharedArrays, specs: Dict[str, ArraySpec], env_name: str,
               indices: List[int], seed: int, max_episode_steps: Optional[int],
-              time_feature: bool, fatal_env_errors: bool,
+              time_feature: bool, terminal_on_life_loss: bool, fatal_env_errors: bool,
               env_modules: Sequence[str]) -> "_Worker":
         """Start an env-worker process for envs ``indices`` of ``block``; its
         first reply (``receive``) says whether it built its envs."""
@@ -114,7 +114,8 @@ class _Worker:
         proc = ctx.Process(
             target=_worker_main, daemon=True, name="alf_async-env-worker",
             args=(child_conn, block.name, specs, env_name, indices, seed, max_episode_steps,
-                  time_feature, fatal_env_errors, os.getpid(), tuple(env_modules)))
+                  time_feature, terminal_on_life_loss, fatal_env_errors, os.getpid(),
+                  tuple(env_modules)))
         proc.start()
         child_conn.close()
         return cls(proc, parent_conn, indices, seed)

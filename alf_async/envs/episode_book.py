@@ -2,14 +2,16 @@
 episodes they finished and the env failures met, for ``BatchedEnv``.
 
 An episode that ends (terminated or truncated) is reported with its return
-and length, unless its env failed at that step (the failure truncates and
+and length, unless its env failed at that step or a lost life ended it while
+the game goes on (``life_lost``: the game's episode continues, so that the
+statistics count whole games) (the failure truncates and
 drops it); a failure reported apart from a step (a worker lost between
 unrolls, a reset that failed) drops the env's running episode too.
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -33,12 +35,15 @@ class EpisodeBook:
         self.lengths[:] = 0
 
     def count_step(self, envs: Union[slice, Sequence[int]], reward: np.ndarray,
-                   terminated: np.ndarray, truncated: np.ndarray, failed: np.ndarray) -> None:
+                   terminated: np.ndarray, truncated: np.ndarray, failed: np.ndarray,
+                   life_lost: Optional[np.ndarray] = None) -> None:
         """Add a step of ``envs`` (rewards and flags [G] in their order)."""
         returns, lengths = self.returns[envs], self.lengths[envs]
         returns += reward
         lengths += 1
         ended = terminated | truncated
+        if life_lost is not None:
+            ended = ended & ~life_lost
         for j in np.flatnonzero(ended):
             if not failed[j]:
                 self._finished.append((float(returns[j]), int(lengths[j])))
@@ -47,10 +52,11 @@ class EpisodeBook:
         self.returns[envs], self.lengths[envs] = returns, lengths
 
     def count_steps(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                    failed: np.ndarray) -> None:
+                    failed: np.ndarray, life_lost: Optional[np.ndarray] = None) -> None:
         """Add T steps of all K envs (rows [T, K])."""
         for t in range(len(reward)):
-            self.count_step(slice(None), reward[t], terminated[t], truncated[t], failed[t])
+            self.count_step(slice(None), reward[t], terminated[t], truncated[t], failed[t],
+                            None if life_lost is None else life_lost[t])
 
     def note_failures(self, failures: Sequence[Tuple[int, str]], drop: bool = True) -> None:
         """Record (env index, reason) failures; ``drop``: end those envs'

@@ -200,7 +200,7 @@ class EnvAdapter:
 
 def make_env(env_name: str, render_mode: Optional[str] = None,
              max_episode_steps: Optional[int] = None,
-             time_feature: bool = False) -> EnvAdapter:
+             time_feature: bool = False, terminal_on_life_loss: bool = False) -> EnvAdapter:
     """Create one env by gymnasium id, adapted to alf_async (``EnvAdapter``).
 
     Args:
@@ -209,9 +209,12 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
         render_mode: passed to ``gym.make`` (``"rgb_array"`` for video); None
             (the default) makes an env that does not render. An env that
             cannot render in this mode raises ``RenderModeError``.
-        max_episode_steps: override the id's time limit (None keeps it).
+        max_episode_steps: override the id's time limit (None keeps it); for
+            an Atari game, env steps of 4 frames.
         time_feature: append t / time limit to the observation (gymnasium's
             ``TimeAwareObservation``); the env must have a time limit.
+        terminal_on_life_loss: an Atari game's lost life ends the episode, not
+            the game (``atari.episodic_life_class``); Atari ids only.
     """
     import gymnasium as gym
 
@@ -225,9 +228,12 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
                 f"env {env_name} cannot render frames: its render_modes are {modes}, "
                 f"without {render_mode!r}")
         kwargs["render_mode"] = render_mode
-    if max_episode_steps is not None:
-        kwargs["max_episode_steps"] = max_episode_steps
     is_atari = atari.is_atari(env_name)
+    if max_episode_steps is not None and not is_atari:  # Atari's: after the frame skip
+        kwargs["max_episode_steps"] = max_episode_steps
+    if terminal_on_life_loss and not is_atari:
+        raise EnvOptionError(f"Trainer.terminal_on_life_loss applies to Atari games (ale-py "
+                             f"ids), and env {env_name} is not one: set it to False")
     if is_atari:
         kwargs.update(atari.atari_make_kwargs(env_name))
     # ALE prints its banner on stderr; other envs keep their stderr (warnings).
@@ -243,7 +249,7 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
     try:
         if is_atari:
             try:
-                env = atari.wrap_atari(env)
+                env = atari.wrap_atari(env, terminal_on_life_loss, max_episode_steps)
             except gym.error.DependencyNotInstalled:
                 raise EnvOptionError(f"Atari preprocessing needs opencv, which is not "
                                      f"installed: {atari.ATARI_EXTRA}") from None
@@ -266,10 +272,12 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
 
 
 def env_spec(env_name: str, max_episode_steps: Optional[int] = None,
-             time_feature: bool = False) -> Tuple[ObservationSpec, ActionSpec, Optional[int]]:
+             time_feature: bool = False, terminal_on_life_loss: bool = False
+             ) -> Tuple[ObservationSpec, ActionSpec, Optional[int]]:
     """(ObservationSpec, ActionSpec, max_episode_steps) of an env id, made as
     ``make_env`` makes it with these options."""
-    env = make_env(env_name, max_episode_steps=max_episode_steps, time_feature=time_feature)
+    env = make_env(env_name, max_episode_steps=max_episode_steps, time_feature=time_feature,
+                   terminal_on_life_loss=terminal_on_life_loss)
     try:
         return env.observation_spec, env.action_spec, env.max_episode_steps
     finally:

@@ -42,6 +42,7 @@ def rollout_specs(unroll_length: int, num_envs: int, observation: ObservationSpe
         "terminated": ArraySpec((t, k), "bool"),
         "truncated": ArraySpec((t, k), "bool"),
         "env_failed": ArraySpec((t, k), "bool"),
+        "life_lost": ArraySpec((t, k), "bool"),
         "progress": ArraySpec((k,), "int64"),
         "act_s": ArraySpec((k,), "float64"),
     }
@@ -101,6 +102,7 @@ class WorkerActing:
                 r["terminated"][t, envs] = a["terminated"][envs]
                 r["truncated"][t, envs] = truncated
                 r["env_failed"][t, envs] = a["env_failed"][envs]
+                r["life_lost"][t, envs] = a["life_lost"][envs]
                 truncation_value = np.zeros(len(envs), np.float32)
                 if truncated.any():
                     start = time.perf_counter()

@@ -42,6 +42,8 @@ def batch_specs(num_envs: int, observation: Union[ObservationSpec, int],
         "terminated": ArraySpec((num_envs,), "bool"),
         "truncated": ArraySpec((num_envs,), "bool"),
         "env_failed": ArraySpec((num_envs,), "bool"),
+        # terminated by a lost life while the game goes on (EpisodicLife)
+        "life_lost": ArraySpec((num_envs,), "bool"),
     }
 
 

@@ -51,6 +51,7 @@ class Actor:
                               seed=s.env_seed(actor_id, epoch, generation),
                               max_episode_steps=s.max_episode_steps,
                               time_feature=s.time_feature,
+                              terminal_on_life_loss=s.terminal_on_life_loss,
                               fatal_env_errors=s.fatal_env_errors, env_modules=env_modules,
                               num_splits=s.env_splits, wait_for_workers=False)
         try:

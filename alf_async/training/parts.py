@@ -54,7 +54,7 @@ def read_env_spec(s: TrainerSettings) -> Tuple[ObservationSpec, ActionSpec]:
     """(observation spec, action spec) of ``Trainer.env_name``, or a ``ConfigError``."""
     try:
         observation, action_spec, _ = env_spec(s.env_name, s.max_episode_steps,
-                                               s.time_feature)
+                                               s.time_feature, s.terminal_on_life_loss)
     except (UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
         raise ConfigError(str(e)) from None
     except Exception as e:  # noqa: BLE001  (the env's own constructor failed)
