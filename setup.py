@@ -20,8 +20,9 @@ setup(
         "torch>=2.1",
         "gin-config>=0.5",
         # classic-control brings pygame(-ce), which renders CartPole & co. for
-        # `alf-play --record_file`
-        "gymnasium[classic-control]>=0.29",
+        # `alf-play --record_file`; 1.0 for FrameStackObservation and
+        # TimeAwareObservation(normalize_time=...)
+        "gymnasium[classic-control]>=1.0",
         "pybullet>=3.2.5",
         "pybullet_envs_gymnasium>=0.6",
         "numpy>=1.24",

@@ -99,8 +99,24 @@ def test_the_learner_trains_on_uint8_frames_without_a_normalizer():
              "terminated": np.zeros((8, 4), bool), "truncated": np.zeros((8, 4), bool),
              "truncation_value": np.zeros((8, 4), np.float32),
              "bootstrap_value": np.zeros(4, np.float32)}
+    seen = []  # what reaches the encoder: the stored uint8 frames, a minibatch at most
+    learner.model.encoder.register_forward_pre_hook(
+        lambda module, args: seen.append((args[0].dtype, len(args[0]))))
     stats = learner.train(batch)
     assert np.isfinite(stats["policy_loss"]) and stats["gradient_steps"] == 2
+    assert seen and all(dtype == torch.uint8 and rows <= 16 for dtype, rows in seen)
+
+
+def test_a_batch_of_frames_is_evaluated_a_chunk_at_a_time_to_the_same_numbers():
+    learner = PPOLearner(FRAME, 3)
+    frames = torch.randint(0, 256, (10,) + FRAME.shape, dtype=torch.uint8)
+    actions = torch.randint(0, 3, (10, 1))
+    with torch.no_grad():
+        whole = learner.model.log_prob_and_value(frames, actions)
+        chunked = learner.model.log_prob_and_value(frames, actions, chunk_rows=3)
+    for a, b in zip(whole, chunked):
+        assert a.shape == (10,)
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("shape,architecture,features", [

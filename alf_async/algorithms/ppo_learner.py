@@ -71,7 +71,8 @@ class PPOLearner:
         normalize_advantages: normalize advantages per minibatch.
         normalize_observations: keep running observation statistics and feed
             normalized observations to the networks (vector observations only:
-            image frames are scaled to [0, 1] inside the network instead).
+            uint8 image frames are divided by 255 inside the network instead,
+            float frames reach it as the env gives them).
         reward_scale: rewards are multiplied by this before GAE.
         reward_clip: rewards are clipped to [-reward_clip, reward_clip] before
             the scaling (None: not clipped); Atari's usual 1.0 gives every point
@@ -173,7 +174,7 @@ class PPOLearner:
         self.gae_lambda = gae_lambda
         self.normalize_advantages = normalize_advantages
         spec = as_observation_spec(observation)
-        # Frames are scaled by 1/255 inside the network instead (ImageEncoder).
+        # uint8 frames are divided by 255 inside the network instead (ImageEncoder).
         self.normalize_observations = normalize_observations and not spec.is_image
         self.reward_scale = reward_scale
         self.reward_clip = reward_clip
@@ -303,13 +304,14 @@ class PPOLearner:
                 if self.lag_correction != "none":
                     proximal_log_prob = dist.log_prob(
                         t["action"].reshape(T * K, -1)).reshape(T, K)
-            else:
-                flat = obs.reshape((T * K,) + tuple(obs.shape[2:]))
+            elif self.recompute_values or self.lag_correction != "none":
+                log_prob, all_values = self.model.log_prob_and_value(
+                    obs.reshape((T * K,) + tuple(obs.shape[2:])), t["action"].reshape(T * K, -1),
+                    self.mini_batch_size if self.model.observation_spec.is_image else None)
                 if self.recompute_values:
-                    values = self.model.state_value(flat).reshape(T, K)
+                    values = all_values.reshape(T, K)
                 if self.lag_correction != "none":
-                    proximal_log_prob = self.model.distribution(flat).log_prob(
-                        t["action"].reshape(T * K, -1)).reshape(T, K)
+                    proximal_log_prob = log_prob.reshape(T, K)
         rewards = t["reward"]  # [T, K]
         if self.reward_clip is not None:
             rewards = rewards.clamp(-self.reward_clip, self.reward_clip)

@@ -277,6 +277,20 @@ class ActorCritic(nn.Module):
             return self.actor(features), self.value(features)
         return self.distribution(observation), self.state_value(observation)
 
+    def log_prob_and_value(self, observation: torch.Tensor, action: torch.Tensor,
+                           chunk_rows: Optional[int] = None
+                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(log pi(a | s) [B], V(s) [B]) of (normalized) observations [B, *O] and
+        actions [B, A] (feed-forward networks), ``chunk_rows`` rows at a time
+        (None: one pass), so that a batch of frames is never all float at once."""
+        rows = chunk_rows or max(len(observation), 1)
+        log_probs, values = [], []
+        for start in range(0, len(observation), rows):
+            dist, value = self.evaluate(observation[start:start + rows])
+            log_probs.append(dist.log_prob(action[start:start + rows]))
+            values.append(value)
+        return torch.cat(log_probs), torch.cat(values)
+
     def distribution(self, observation: torch.Tensor) -> ActionDistribution:
         """The action distribution of (normalized) observations [B, *O]
         (feed-forward networks)."""

@@ -2,8 +2,10 @@
 
 An image observation (``envs.spaces.ObservationSpec`` with ``is_image``) reaches
 the networks as stored: [B, H, W, C], [B, C, H, W] or [B, H, W], uint8 for
-frames of bytes. ``ImageEncoder`` turns it into floats (uint8 / 255: the
-observation normalizer does not run on images), puts the channels first and
+frames of bytes. ``ImageEncoder`` turns it into floats (uint8 frames divided
+by 255; float frames as they are, so an env that gives float images should
+give them in a small range such as [0, 1]: the observation normalizer does not
+run on images), puts the channels first and
 runs a convolutional stack, then a linear layer and ReLU to ``feature_size``
 features [B, F]. Architectures (``ImageEncoder.architecture``):
 
