@@ -359,7 +359,9 @@ def test_hogwild_workers_train_the_conv_policy_on_frames(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _rows(root)
     assert rows[-1]["env_steps"] >= 4096
-    assert all(r["episode_return"] is None or r["episode_return"] >= 0 for r in rows)
+    # A random policy scores about 3 (image_envs.py); the workers' shared conv
+    # policy has learned past it (9 to 10 here, from 2 at the start).
+    assert rows[-1]["episode_return"] >= 6, [r["episode_return"] for r in rows]
 
 
 def test_hogwild_sac_workers_train_on_frames_from_their_uint8_replay(tmp_path):
