@@ -232,6 +232,18 @@ def test_an_image_run_that_cannot_fit_is_refused_naming_the_setting(tmp_path, ca
             < trajectory_nbytes(100_000, 8, as_floats, 1))
 
 
+def test_an_image_replay_buffer_that_cannot_fit_is_refused_naming_the_setting(tmp_path,
+                                                                              capsys):
+    # 10M transitions with two 81-byte frames each: 1.67 GiB, over 1 GiB (float32: 6.19).
+    rc, err = _refused_here(tmp_path / "run", ["sac_image_dot_centering.gin"],
+                            ["Replay.capacity=10000000", "Replay.max_replay_memory_gb=1.0"],
+                            capsys)
+    assert rc == 2, err[-3000:]
+    assert "Replay.capacity=10000000" in err and "9x9x1 uint8" in err
+    assert "would need 1.67 GiB" in err  # counted at a byte a pixel
+    assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+
+
 def test_sac_networks_take_uint8_frames_through_their_encoders():
     from alf_async.algorithms.sac_learner import SACLearner
     from alf_async.algorithms.sac_policy import SACPolicy
