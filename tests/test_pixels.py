@@ -204,6 +204,24 @@ def test_a_conv_policy_checkpoint_round_trip(dot_run):
     assert action[:, 0].tolist() == [2.0, 0.0]
 
 
+def test_a_conv_learner_saved_and_loaded_gives_the_same_outputs(tmp_path):
+    from alf_async.checkpoint import Checkpointer
+
+    learner = PPOLearner(FRAME, 3, seed=1)
+    frames = torch.randint(0, 256, (5,) + FRAME.shape, dtype=torch.uint8)
+    actions = torch.randint(0, 3, (5, 1))
+    with torch.no_grad():
+        before = learner.model.log_prob_and_value(frames, actions)
+    Checkpointer(str(tmp_path)).save({"learner": learner.state_dict()}, 1)
+    state, _ = Checkpointer(str(tmp_path)).load_latest()  # weights_only
+    restored = PPOLearner(FRAME, 3, seed=2)  # other initial weights
+    restored.load_state_dict(state["learner"])
+    with torch.no_grad():
+        after = restored.model.log_prob_and_value(frames, actions)
+    for a, b in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_play_records_the_envs_frames_for_an_image_run(dot_run, tmp_path):
     gif = str(tmp_path / "dot.gif")
     result = subprocess.run([sys.executable, "-m", "alf_async.bin.play",
