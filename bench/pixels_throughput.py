@@ -74,11 +74,6 @@ def shm_per_trajectory_mb(gin_file: str, params: List[str]) -> Dict[str, float]:
             "float32": trajectory_nbytes(t, k, as_float, action.dim) / 1e6}
 
 
-def run_peer(cmd: List[str], timeout_s: float) -> Dict[str, Any]:
-    """The JSON line a peer script prints."""
-    return children.run_peer_json(cmd, timeout_s=timeout_s)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     benchlib.claim_stdout()
     benchlib.setup_logging()
@@ -99,14 +94,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     steps = args.iterations * num_envs * unroll
     if args.sf_python:
         for mode, flag in (("sync", "0"), ("async", "1")):
-            sf = run_peer([args.sf_python, SF_SCRIPT, "--steps", str(steps), "--async_rl", flag],
-                          args.timeout_s)
+            sf = children.run_peer_json([args.sf_python, SF_SCRIPT, "--steps", str(steps),
+                                         "--async_rl", flag], timeout_s=args.timeout_s)
             result[f"sf_{mode}"] = sf
             result[f"{mode}_x_sf_{mode}"] = (result[mode]["env_steps_per_s"]
                                              / sf["env_steps_per_s"])
     if args.sb3_python:
-        sb3 = run_peer([args.sb3_python, SB3_SCRIPT, "--env", "ALE/Pong-v5", "--steps",
-                        str(steps), "--num_envs", str(num_envs)], args.timeout_s)
+        sb3 = children.run_peer_json([args.sb3_python, SB3_SCRIPT, "--env", "ALE/Pong-v5",
+                                      "--steps", str(steps), "--num_envs", str(num_envs)],
+                                     timeout_s=args.timeout_s)
         result["sb3"] = sb3
         result["async_x_sb3"] = result["async"]["env_steps_per_s"] / sb3["env_steps_per_s"]
         result["sync_x_sb3"] = result["sync"]["env_steps_per_s"] / sb3["env_steps_per_s"]

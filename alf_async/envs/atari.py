@@ -10,7 +10,7 @@
 - ``FrameStackObservation``: the last 4 frames, an observation of (4, 84, 84)
   uint8;
 - with ``terminal_on_life_loss`` (``Trainer.terminal_on_life_loss``, for
-  training envs only), ``EpisodicLife``: a lost life ends the episode for the
+  training envs only), ``episodic_life.EpisodicLife``: a lost life ends the episode for the
   learner (``terminated``: no bootstrap past it) while the game goes on, and
   the step says so in ``info["life_lost"]``, so that the episode statistics
   still count whole games. Without it the end of the game ends an episode.
@@ -26,7 +26,6 @@ ale-py (which carries the ROMs) and opencv come with the ``atari`` extra:
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from typing import Any, Dict, Optional
 
@@ -90,52 +89,9 @@ def wrap_atari(env: Any, terminal_on_life_loss: bool = False,
     env = gym.wrappers.FrameStackObservation(env, FRAME_STACK)
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)
-    return episodic_life_class()(env) if terminal_on_life_loss else env
+    if not terminal_on_life_loss:
+        return env
+    from alf_async.envs.episodic_life import EpisodicLife
 
-
-@functools.lru_cache(maxsize=None)
-def episodic_life_class() -> type:
-    """The ``EpisodicLife`` wrapper class (built on first use: it subclasses
-    gymnasium's ``Wrapper``, and importing this module does not import
-    gymnasium)."""
-    import gymnasium as gym
-
-    class EpisodicLife(gym.Wrapper):
-        """A lost life ends the episode (``terminated``, ``info["life_lost"]``)
-        but not the game: the ``reset`` that follows takes one no-op step
-        instead of starting a new game, unless the game is over or a seed is
-        given. (gymnasium's ``AtariPreprocessing(terminal_on_life_loss=True)``
-        starts a new game at every lost life, so that later lives are never
-        played.)"""
-
-        def __init__(self, env: Any):
-            super().__init__(env)
-            self._lives = 0
-            self._game_over = True
-
-        def _ale_lives(self) -> int:
-            return int(self.env.unwrapped.ale.lives())
-
-        def step(self, action: Any):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            self._game_over = bool(terminated or truncated)
-            lives = self._ale_lives()
-            if lives < self._lives and not self._game_over:
-                terminated = True
-                info = dict(info, life_lost=True)
-            self._lives = lives
-            return obs, reward, terminated, truncated, info
-
-        def reset(self, *, seed: Any = None, options: Any = None):
-            if self._game_over or seed is not None:
-                obs, info = self.env.reset(seed=seed, options=options)
-            else:  # the game goes on after a lost life
-                obs, _, terminated, truncated, info = self.env.step(0)  # 0: NOOP
-                if terminated or truncated:
-                    obs, info = self.env.reset(options=options)
-            self._game_over = False
-            self._lives = self._ale_lives()
-            return obs, info
-
-    return EpisodicLife
+    return EpisodicLife(env)
 

@@ -11,7 +11,7 @@ unrolls, a reset that failed) drops the env's running episode too.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -36,14 +36,12 @@ class EpisodeBook:
 
     def count_step(self, envs: Union[slice, Sequence[int]], reward: np.ndarray,
                    terminated: np.ndarray, truncated: np.ndarray, failed: np.ndarray,
-                   life_lost: Optional[np.ndarray] = None) -> None:
+                   life_lost: np.ndarray) -> None:
         """Add a step of ``envs`` (rewards and flags [G] in their order)."""
         returns, lengths = self.returns[envs], self.lengths[envs]
         returns += reward
         lengths += 1
-        ended = terminated | truncated
-        if life_lost is not None:
-            ended = ended & ~life_lost
+        ended = (terminated | truncated) & ~life_lost
         for j in np.flatnonzero(ended):
             if not failed[j]:
                 self._finished.append((float(returns[j]), int(lengths[j])))
@@ -52,11 +50,11 @@ class EpisodeBook:
         self.returns[envs], self.lengths[envs] = returns, lengths
 
     def count_steps(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                    failed: np.ndarray, life_lost: Optional[np.ndarray] = None) -> None:
+                    failed: np.ndarray, life_lost: np.ndarray) -> None:
         """Add T steps of all K envs (rows [T, K])."""
         for t in range(len(reward)):
             self.count_step(slice(None), reward[t], terminated[t], truncated[t], failed[t],
-                            None if life_lost is None else life_lost[t])
+                            life_lost[t])
 
     def note_failures(self, failures: Sequence[Tuple[int, str]], drop: bool = True) -> None:
         """Record (env index, reason) failures; ``drop``: end those envs'

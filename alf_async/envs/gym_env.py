@@ -214,7 +214,7 @@ def make_env(env_name: str, render_mode: Optional[str] = None,
         time_feature: append t / time limit to the observation (gymnasium's
             ``TimeAwareObservation``); the env must have a time limit.
         terminal_on_life_loss: an Atari game's lost life ends the episode, not
-            the game (``atari.episodic_life_class``); Atari ids only.
+            the game (``episodic_life.EpisodicLife``); Atari ids only.
     """
     import gymnasium as gym
 
