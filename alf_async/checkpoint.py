@@ -9,7 +9,9 @@ torch's ``RuntimeError``; the temporary file is removed and the older checkpoint
 are left as they were. Loading uses ``torch.load(weights_only=True)``: a
 file that holds arbitrary pickled objects is refused. If the newest checkpoint is
 corrupt or truncated, ``load_latest`` warns, names it and falls back to the
-previous one.
+previous one. A checkpoint records the layout it was written in (``format``,
+``CHECKPOINT_FORMAT``); one from a newer alf_async is refused by name rather
+than misread.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from alf_async.utils.validation import check
 
 logger = logging.getLogger("alf_async")
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+#: The layout of the checkpoints this version writes (the ``format`` entry).
+#: 1: no entry (alf_async 0.1); 2: the loop's state beside the learner's.
+CHECKPOINT_FORMAT = 2
 
 
 class CheckpointError(RuntimeError):
@@ -36,6 +41,10 @@ class CheckpointError(RuntimeError):
 
 class CorruptCheckpointError(CheckpointError):
     """The file is truncated, garbage or missing: an older checkpoint may serve."""
+
+
+class NewerCheckpointError(CheckpointError):
+    """The file was written by a newer alf_async, in a layout this one cannot read."""
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -50,7 +59,8 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
     """Load one checkpoint safely (tensors and plain values only).
 
     Raises ``UnsafeCheckpointError`` if the file would need any other pickled
-    global, ``CorruptCheckpointError`` if it cannot be read as a checkpoint.
+    global, ``CorruptCheckpointError`` if it cannot be read as a checkpoint,
+    ``NewerCheckpointError`` if its ``format`` is newer than ``CHECKPOINT_FORMAT``.
     """
     if not os.path.isfile(path):
         raise CorruptCheckpointError(f"checkpoint {path} does not exist")
@@ -65,10 +75,20 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
             f"tensors and plain values ({', '.join(sorted(unsafe)[:3])}), which alf_async "
             "refuses to load (weights_only=True)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  (torch raises many kinds)
         raise CorruptCheckpointError(f"cannot load checkpoint {path}: it is corrupt or "
                                      f"truncated ({_first_line(e)})") from None
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(f"cannot load checkpoint {path}: it holds a "
+                                     f"{type(state).__name__}, not a checkpoint's dict")
+    written_in = state.get("format", 1)
+    if not isinstance(written_in, int) or written_in > CHECKPOINT_FORMAT:
+        raise NewerCheckpointError(
+            f"cannot load checkpoint {path}: it was written in checkpoint format "
+            f"{written_in!r} by a newer alf_async; this version reads formats 1 to "
+            f"{CHECKPOINT_FORMAT}. Upgrade alf_async to resume or play it")
+    return state
 
 
 def _first_line(error: Exception) -> str:

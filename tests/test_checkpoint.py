@@ -14,7 +14,10 @@ Proves that:
 - ``keep`` prunes all but the newest checkpoints;
 - a truncated (or zero-filled) newest checkpoint makes ``load_latest`` fall back
   to the previous one (with a warning naming the bad file), and interrupted writes' temporary
-  files are never listed and are removed by ``remove_temporary_files``.
+  files are never listed and are removed by ``remove_temporary_files``;
+- a checkpoint whose ``format`` is newer than this version's is refused by
+  name (``NewerCheckpointError``), not skipped for an older one; a file that
+  loads but is not a checkpoint's dict is corrupt.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import pytest
 import torch
 
 from alf_async.algorithms.ppo_learner import PPOLearner
-from alf_async.checkpoint import CheckpointError, Checkpointer, load_checkpoint_file
+from alf_async.checkpoint import (CHECKPOINT_FORMAT, CheckpointError, Checkpointer,
+                                  NewerCheckpointError, load_checkpoint_file)
 
 OBS, ACT, T, K = 3, 2, 4, 4
 
@@ -146,6 +150,28 @@ def test_missing_checkpoint_file_is_a_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError) as info:
         load_checkpoint_file(missing)
     assert missing in str(info.value)
+
+
+def test_a_newer_format_is_refused_not_skipped(tmp_path):
+    checkpoints = Checkpointer(str(tmp_path))
+    checkpoints.save({"x": torch.ones(1)}, 1)  # no format entry: alf_async 0.1
+    checkpoints.save({"x": torch.ones(1), "format": CHECKPOINT_FORMAT}, 2)
+    assert checkpoints.load_latest()[1].endswith("ckpt-2.pt")
+    checkpoints.save({"x": torch.ones(1), "format": CHECKPOINT_FORMAT + 1}, 3)
+    newest = os.path.join(checkpoints.directory, "ckpt-3.pt")
+    with pytest.raises(NewerCheckpointError) as info:
+        checkpoints.load_latest()
+    message = str(info.value)
+    assert newest in message and f"format {CHECKPOINT_FORMAT + 1}" in message
+    assert f"formats 1 to {CHECKPOINT_FORMAT}" in message
+
+
+def test_a_file_that_is_not_a_dict_is_corrupt(tmp_path):
+    checkpoints = Checkpointer(str(tmp_path))
+    checkpoints.save({"x": torch.ones(1)}, 1)
+    torch.save([torch.ones(1)], os.path.join(checkpoints.directory, "ckpt-2.pt"))
+    state, path = checkpoints.load_latest()  # falls back past the list
+    assert path.endswith("ckpt-1.pt") and torch.equal(state["x"], torch.ones(1))
 
 
 def test_keep_prunes_old_checkpoints(tmp_path):

@@ -75,7 +75,6 @@ def live_children():
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            cmd = " ".join(p.cmdline())
         except psutil.Error:
             continue
         if not is_multiprocessing_service(p):

@@ -37,7 +37,6 @@ from alf_async.envs.episode_book import EpisodeBook
 from alf_async.envs.gym_env import env_spec, import_env_modules
 from alf_async.envs.step_groups import AnswerPoller, first_ready, split_groups
 from alf_async.envs.worker_protocol import EnvCommand, batch_specs, encode_request
-from alf_async.utils.process import stop_processes
 from alf_async.utils.shared_memory import SharedArrays
 from alf_async.utils.seeding import derive_seed
 
@@ -199,8 +198,7 @@ class BatchedEnv:
         their next step.
         """
         old = self._workers[position]
-        stop_processes([old.process], grace_s=0.5)
-        old.conn.close()
+        stop_workers([old], grace_s=0.5)
         self._worker_restarts += 1
         seed = derive_seed(self.seed, old.indices[0], 1_000_000 + self._worker_restarts)
         worker = self._start_worker(old.indices, seed)

@@ -29,7 +29,7 @@ import gin
 import torch
 
 from alf_async.algorithms.guarded_step import NonFiniteError
-from alf_async.checkpoint import CheckpointError, Checkpointer
+from alf_async.checkpoint import CHECKPOINT_FORMAT, CheckpointError, Checkpointer
 from alf_async.metrics import MetricsRecorder
 from alf_async.runtime.actor_pool import ActorPoolError
 from alf_async.runtime.policy import PolicyFactory
@@ -41,7 +41,6 @@ from alf_async.training.parts import build_parts
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")
-CHECKPOINT_FORMAT = 2
 
 
 def _first_mismatch(error: Exception) -> str:
