@@ -11,6 +11,21 @@ from typing import Dict, Mapping, Tuple
 import numpy as np
 
 
+class WeightFreePolicy:
+    """The actor-facing methods a policy without weights or randomness needs:
+    it ignores published weights and reseeds; subclasses give ``act`` and
+    ``value``."""
+
+    def __init__(self, observation, action_spec, seed: int = 0):
+        pass
+
+    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
+        pass
+
+    def reseed(self, seed: int) -> None:
+        pass
+
+
 class ScriptedPolicy:
     """Deterministic actions computed from the observation and a step counter.
 
@@ -59,18 +74,9 @@ class ObservationPolicy(ScriptedPolicy):
         return action.astype(np.float32), -total, self.value(observation)
 
 
-class RightMovingDotPolicy:
+class RightMovingDotPolicy(WeightFreePolicy):
     """For image runs of ``AlfAsyncDotCentering-v0``: always moves the dot right
     (action 2); value = the dot's column. Checks that frames arrive as uint8."""
-
-    def __init__(self, observation, action_spec, seed: int = 0):
-        self.observation = observation
-
-    def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
-        pass
-
-    def reseed(self, seed: int) -> None:
-        pass
 
     def act(self, observation: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         assert observation.dtype == np.uint8, observation.dtype

@@ -24,26 +24,18 @@ from alf_async.runtime.actor import Actor
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import TrainerSettings
 from reliability_helpers import read_metrics, train_in_this_process
+from scripted_policy import WeightFreePolicy
 
 UNROLL = 24
 NUM_ENVS = 4
 
 
-class StepCountingPolicy:
+class StepCountingPolicy(WeightFreePolicy):
     """A recurrent policy whose state [K, 1] counts the steps its env has taken
     in the current episode: log_prob is the count the step started with, value
     the count + 100 (so the actor's value calls show which state they used)."""
 
     state_size = 1
-
-    def __init__(self, observation, action_spec, seed: int = 0):
-        pass
-
-    def load_weights(self, arrays) -> None:
-        pass
-
-    def reseed(self, seed: int) -> None:
-        pass
 
     def act(self, observation, state):
         count = state[:, 0].copy()

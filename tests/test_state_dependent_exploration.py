@@ -18,6 +18,7 @@ from alf_async.runtime.actor import Actor
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import TrainerSettings
 from alf_async.utils.validation import ConfigError
+from scripted_policy import WeightFreePolicy
 
 UNROLL = 24
 NUM_ENVS = 4
@@ -152,20 +153,11 @@ def test_gaussian_exploration_keeps_no_noise_matrices():
     policy.act(np.zeros((2, 5), np.float32), env_ids=np.arange(2))
 
 
-class EnvIdPolicy:
+class EnvIdPolicy(WeightFreePolicy):
     """Acts with each env's index as its action: shows which env ids the actor
     passed for which rows."""
 
     per_env_exploration = True
-
-    def __init__(self, observation, action_spec, seed: int = 0):
-        pass
-
-    def load_weights(self, arrays) -> None:
-        pass
-
-    def reseed(self, seed: int) -> None:
-        pass
 
     def act(self, observation, env_ids):
         action = np.asarray(env_ids, np.float32)[:, None]
