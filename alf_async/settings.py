@@ -119,7 +119,11 @@ class TrainerSettings:
             envs of its own (the rl-baselines3-zoo's way; training does not
             wait for it and trains the same without it) and the mean return is
             reported as ``eval_return`` (eval.jsonl, metrics, TensorBoard
-            ``eval/return``, the console).
+            ``eval/return``, the console). The evaluator shares the machine's
+            cores with the actors and the learner, so where they already use
+            every core, T and EPS of a run with evaluation are lower than
+            without it; measure throughput without it (the bench/ throughput
+            scripts do).
         eval_episodes: episodes per evaluation (episode i resets with the same
             seed at every evaluation).
         max_actor_restarts: actor failures tolerated before the run stops.
