@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 
 import numpy as np
 import psutil
@@ -217,6 +218,46 @@ def test_close_ends_worker_processes_and_frees_shared_memory():
     assert env.worker_pids == []
     assert list_blocks(os.getpid()) == []
     env.close()  # idempotent
+
+
+def _kill_and_wait(pid: int) -> None:
+    """SIGKILL ``pid`` (a child) and wait until it is a zombie (not reaped, so
+    the env still finds it dead the way it would in a run)."""
+    os.kill(pid, signal.SIGKILL)
+    process = psutil.Process(pid)
+    while process.status() != psutil.STATUS_ZOMBIE:  # an event, not a sleep: a few ms
+        pass
+
+
+@pytest.mark.parametrize("command", ["reset", "reseed"])
+def test_a_worker_killed_between_steps_is_replaced_at_the_next_reset(command):
+    """A worker that dies after a step is found by the next command sent to
+    it; a reset or a reseed (an actor reseeds at every checkpoint) replaces
+    it as a step does, instead of failing the actor."""
+    with BatchedEnv(ENV, 4, num_workers=2, seed=SEED, max_episode_steps=LIMIT) as env:
+        env.reset()
+        env.step(np.zeros((4, 1), np.float32))
+        assert env.pop_failures() == []
+        victim, survivor = env.worker_pids
+        _kill_and_wait(victim)
+        observation = env.reseed(SEED + 1) if command == "reseed" else env.reset()
+        assert survivor in env.worker_pids and victim not in env.worker_pids
+        assert len(env.worker_pids) == 2
+        failures = env.pop_failures()
+        assert sorted(k for k, _ in failures) == [0, 1]  # the victim's envs
+        assert all(f"env-worker process {victim}" in reason for _, reason in failures)
+        assert observation.shape == (4, env.observation_dim)
+        assert np.all(np.isfinite(observation)) and np.any(observation[:2] != 0)
+        result = env.step(np.zeros((4, 1), np.float32))  # and it steps on
+        assert not result.env_failed.any() and env.pop_failures() == []
+
+
+def test_a_worker_killed_is_fatal_at_a_reset_when_env_errors_are():
+    with BatchedEnv(ENV, 2, num_workers=2, seed=SEED, fatal_env_errors=True) as env:
+        env.reset()
+        _kill_and_wait(env.worker_pids[0])
+        with pytest.raises(EnvError, match="SIGKILL"):
+            env.reseed(SEED + 1)
 
 
 def test_invalid_arguments():

@@ -13,7 +13,7 @@ observation of the next episode in ``observation[k]``. Env k is seeded with
 ``seed + k`` at its first reset and continues its own RNG after that.
 
 Failures: if an env raises in step or reset, or an env-worker process dies or
-hangs, the affected envs are recreated (a dead worker is restarted) with fresh
+hangs (found during a step, a reset or a reseed), the affected envs are recreated (a dead worker is restarted) with fresh
 seeds and their current episodes are dropped: the failing step is returned as a
 truncation with reward 0 whose final observation is the last good one, the
 episode is not reported in ``pop_finished_episodes``, and the failure (env index
@@ -63,6 +63,12 @@ class StepResult:
     truncated: np.ndarray
     final_observation: np.ndarray
     env_failed: np.ndarray
+
+
+# The commands during which a worker found dead is replaced (when env errors
+# are not fatal): a step, and the resets, after which every env starts a new
+# episode anyway (a worker killed between a step and a reseed is found there).
+_REPLACEABLE_DURING = frozenset({EnvCommand.STEP, EnvCommand.RESET, EnvCommand.SET_SEED})
 
 
 class BatchedEnv:
@@ -265,7 +271,7 @@ class BatchedEnv:
                 failures += self._mark_lost(worker.indices, split, worker.lost_reason)
             return failures
         except _WorkerLost as e:
-            if self.fatal_env_errors or command is not EnvCommand.STEP:
+            if self.fatal_env_errors or command not in _REPLACEABLE_DURING:
                 raise EnvError(e.env_name, e.env_index, e.details) from None
             # The worker's other splits still in flight: no reply will come.
             others = {self._groups[g][1] for g in self._in_flight
