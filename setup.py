@@ -29,6 +29,8 @@ setup(
         "absl-py>=1.4",
         "tensorboard>=2.14",
         "psutil>=5.9",
+        # one BLAS thread in each child process (utils/process.limit_blas_threads)
+        "threadpoolctl>=3.1",
         "imageio>=2.31",
         "imageio-ffmpeg>=0.4",  # MP4 recording in alf_async.bin.play
         "matplotlib>=3.7",

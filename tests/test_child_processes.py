@@ -5,15 +5,21 @@ process started once; these tests pin what a child gets all the same: the
 parent's environment variables as they are at the child's launch (not as they
 were when the server started), and a parent check that sees through the server.
 Env workers are forked by such a child (single-threaded: threads do not survive
-a fork) and spawned by a process with other threads.
+a fork) and spawned by a process with other threads. Every child, however
+started, runs BLAS (numpy's OpenBLAS) on one thread.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 
-from alf_async.utils.process import (start_child, started_by, torch_child_context,
-                                     warm_up_torch_children)
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from alf_async.utils.process import (ACTOR_PROCESS_NAME, env_worker_context,
+                                     init_child_process, start_child, started_by,
+                                     torch_child_context, warm_up_torch_children)
 
 
 def _report(path: str, parent_pid: int) -> None:
@@ -121,3 +127,30 @@ def test_a_runs_children_show_their_roles_as_process_names(tmp_path):
         rc = run.wait(180)
         run.assert_clean()
     assert rc == 0, run.output()[-3000:]
+
+
+def _report_blas_threads(path: str) -> None:
+    import numpy  # noqa: F401  (loads OpenBLAS, as every child has)
+
+    before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    init_child_process(name=ACTOR_PROCESS_NAME)
+    after = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{','.join(map(str, before))}\n{','.join(map(str, after))}\n")
+
+
+@pytest.mark.parametrize("context", ["forkserver", "env_worker", "spawn"])
+def test_a_child_runs_blas_on_one_thread(tmp_path, context):
+    """With the parent's BLAS at 2 threads (one per core on this machine), a
+    child started any of alf_async's ways runs it on one after its set-up."""
+    ctx = {"forkserver": torch_child_context, "env_worker": env_worker_context,
+           "spawn": lambda: mp.get_context("spawn")}[context]()
+    out = tmp_path / "child.txt"
+    with threadpool_limits(limits=2, user_api="blas"):
+        child = start_child(ctx, _report_blas_threads, (str(out),), name="alf_async-test-child")
+        child.join(60)
+    assert child.exitcode == 0
+    before, after = (line.split(",") if line else [] for line in
+                     out.read_text().split("\n")[:2])
+    assert before, "numpy's BLAS was not found in the child"
+    assert after == ["1"] * len(before)

@@ -24,6 +24,7 @@ from alf_async.runtime.actor import Actor
 from alf_async.runtime.actor_process import build_policy_factory, shorten_failures
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.settings import TrainerSettings
+from alf_async.utils.process import limit_blas_threads
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 
@@ -69,6 +70,7 @@ class _RayActor:
             if entry not in sys.path and os.path.isdir(entry):
                 sys.path.insert(0, entry)
         sweep_stale_blocks()  # blocks of actors killed on this node before
+        limit_blas_threads()  # a Ray worker is not started by init_child_process
         s = launch.settings
         self._stop = threading.Event()
         self._idle = threading.Event()
