@@ -13,8 +13,9 @@ observation of the next episode in ``observation[k]``. Env k is seeded with
 ``seed + k`` at its first reset and continues its own RNG after that.
 
 Failures: if an env raises in step or reset, or an env-worker process dies or
-hangs (found during a step, a reset or a reseed), the affected envs are recreated (a dead worker is restarted) with fresh
-seeds and their current episodes are dropped: the failing step is returned as a
+hangs (found during a step, a reset or a reseed), the affected envs are
+recreated (a dead worker is restarted) with fresh seeds and their current
+episodes are dropped: the failing step is returned as a
 truncation with reward 0 whose final observation is the last good one, the
 episode is not reported in ``pop_finished_episodes``, and the failure (env index
 and traceback) is reported by ``pop_failures``. With ``fatal_env_errors`` the
