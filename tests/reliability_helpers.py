@@ -395,3 +395,18 @@ def alf_async_log(level: int = logging.INFO):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved_level)
+
+
+def kill_and_wait(pid: int) -> None:
+    """SIGKILL an env worker (a child of this process or of an actor) and wait
+    until it is gone, so that the next command sent to it finds it dead
+    whatever the timing."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # not reaped here: its parent does that
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 
 import numpy as np
 import psutil
@@ -37,6 +36,7 @@ from alf_async.envs.worker_protocol import (EnvCommand, decode_reply, decode_req
                                             encode_reply, encode_request)
 from alf_async.envs.gym_env import make_env
 from alf_async.utils.shared_memory import list_blocks
+from reliability_helpers import kill_and_wait
 
 ENV = "InvertedPendulumBulletEnv-v0"
 K = 4
@@ -220,15 +220,6 @@ def test_close_ends_worker_processes_and_frees_shared_memory():
     env.close()  # idempotent
 
 
-def _kill_and_wait(pid: int) -> None:
-    """SIGKILL ``pid`` (a child) and wait until it is a zombie (not reaped, so
-    the env still finds it dead the way it would in a run)."""
-    os.kill(pid, signal.SIGKILL)
-    process = psutil.Process(pid)
-    while process.status() != psutil.STATUS_ZOMBIE:  # an event, not a sleep: a few ms
-        pass
-
-
 @pytest.mark.parametrize("command", ["reset", "reseed"])
 def test_a_worker_killed_between_steps_is_replaced_at_the_next_reset(command):
     """A worker that dies after a step is found by the next command sent to
@@ -239,7 +230,7 @@ def test_a_worker_killed_between_steps_is_replaced_at_the_next_reset(command):
         env.step(np.zeros((4, 1), np.float32))
         assert env.pop_failures() == []
         victim, survivor = env.worker_pids
-        _kill_and_wait(victim)
+        kill_and_wait(victim)
         observation = env.reseed(SEED + 1) if command == "reseed" else env.reset()
         assert survivor in env.worker_pids and victim not in env.worker_pids
         assert len(env.worker_pids) == 2
@@ -255,7 +246,7 @@ def test_a_worker_killed_between_steps_is_replaced_at_the_next_reset(command):
 def test_a_worker_killed_is_fatal_at_a_reset_when_env_errors_are():
     with BatchedEnv(ENV, 2, num_workers=2, seed=SEED, fatal_env_errors=True) as env:
         env.reset()
-        _kill_and_wait(env.worker_pids[0])
+        kill_and_wait(env.worker_pids[0])
         with pytest.raises(EnvError, match="SIGKILL"):
             env.reseed(SEED + 1)
 

@@ -27,6 +27,7 @@ from alf_async.runtime.inprocess_pool import InProcessActorPool
 from alf_async.runtime.process_pool import ProcessActorPool
 from alf_async.settings import TrainerSettings
 from alf_async.utils.validation import ConfigError
+from reliability_helpers import kill_and_wait
 from scripted_policy import ObservationPolicy
 from test_runtime_equivalence import assert_same_trajectory, run_pool, weights
 
@@ -84,20 +85,6 @@ def test_batched_env_split_steps_equal_full_steps(num_workers):
     plain, split = run(1), run(2)
     np.testing.assert_array_equal(split[0], plain[0])
     assert split[1] == plain[1] and plain[1]
-
-
-def kill_and_wait(pid: int) -> None:
-    """SIGKILL an env worker and wait until it is gone (so the next command
-    finds it dead, whatever the timing)."""
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # not reaped here: its parent does that
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
-            return
-        time.sleep(0.01)
 
 
 def _zeros(env, group):
