@@ -154,6 +154,7 @@ TENSORBOARD_TAGS = {
     "action_std": "ppo/action_std",
     "importance_weight": "ppo/importance_weight",
     "truncated_fraction": "ppo/truncated_fraction",
+    "truncated_weight": "ppo/truncated_weight",
     "behaviour_kl": "ppo/behaviour_kl",
     "learning_rate": "ppo/learning_rate",
     "clip_ratio": "ppo/clip_ratio",

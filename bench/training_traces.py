@@ -8,7 +8,11 @@ bins of ``--bin`` env steps and each statistic is averaged per bin:
 
 - behaviour_kl: KL(mu || pi_prox) estimated over the batch (0 without lag,
   up to normalizer updates and float rounding);
-- truncated_fraction: the share of samples whose pi_prox / mu exceeded rho_bar;
+- truncated_fraction: the share of samples whose pi_prox / mu exceeded rho_bar
+  (by any amount: about half of a sync run's samples, whose weights differ
+  from 1 by the normalizer's update);
+- truncated_weight: the share of the batch's summed pi_prox / mu that the
+  truncation removed (how much the correction actually cut);
 - approx_kl, clip_fraction: how far an iteration moved the policy (against
   pi_prox);
 - explained_variance, action_std, lag, learning_rate, gradient_steps;
@@ -34,9 +38,9 @@ from bench import benchlib
 
 logger = logging.getLogger("bench")
 
-STATS = ("behaviour_kl", "truncated_fraction", "importance_weight", "approx_kl",
-         "clip_fraction", "explained_variance", "action_std", "lag", "learning_rate",
-         "gradient_steps", "episode_return", "eval_return")
+STATS = ("behaviour_kl", "truncated_fraction", "truncated_weight", "importance_weight",
+         "approx_kl", "clip_fraction", "explained_variance", "action_std", "lag",
+         "learning_rate", "gradient_steps", "episode_return", "eval_return")
 
 
 def binned(rows: Sequence[Dict], evals: Sequence[Dict], bin_steps: int,

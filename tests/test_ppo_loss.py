@@ -163,6 +163,8 @@ def test_decoupled_loss_reports_the_share_of_truncated_importance_weights():
                    torch.zeros(5), normalize_advantage=False, proximal_log_prob=proximal,
                    max_importance_weight=1.2)
     assert out.stats["truncated_fraction"].item() == pytest.approx(3 / 5)
+    # Cut off: 0.3 + 0.8 + 1.8 of the weights' sum 8.
+    assert out.stats["truncated_weight"].item() == pytest.approx(2.9 / 8)
     assert out.stats["importance_weight"].item() == pytest.approx(8.0 / 5)
     kl = sum((w - 1) - np.log(w) for w in [0.5, 1.0, 1.5, 2.0, 3.0]) / 5
     assert out.stats["behaviour_kl"].item() == pytest.approx(kl, rel=1e-5)
@@ -172,3 +174,4 @@ def test_decoupled_loss_reports_the_share_of_truncated_importance_weights():
                            torch.zeros(5), torch.zeros(5), normalize_advantage=False,
                            proximal_log_prob=proximal)
     assert "truncated_fraction" not in untruncated.stats
+    assert "truncated_weight" not in untruncated.stats

@@ -91,7 +91,10 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     ``proximal_log_prob`` also importance_weight (mean pi_prox / mu),
     behaviour_kl (an estimate of KL(mu || pi_prox): how stale the batch is) and, with
     ``max_importance_weight``, truncated_fraction (the share of samples whose
-    pi_prox / mu exceeds it).
+    pi_prox / mu exceeds it) and truncated_weight (the share of the batch's
+    summed pi_prox / mu that the truncation removes: small when many weights
+    are cut by little, as when the learner normalizes observations with
+    statistics the acting policy had not yet seen).
     """
     if normalize_advantage:
         advantages = normalize_advantages(advantages)
@@ -130,4 +133,6 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
                 # up to the last bits, counts as cut by none).
                 cut = weight > max_importance_weight * (1.0 + TRUNCATION_TOLERANCE)
                 stats["truncated_fraction"] = cut.float().mean()
+                removed = weight - weight.clamp(max=max_importance_weight)
+                stats["truncated_weight"] = removed.sum() / weight.sum()
     return PPOLossOutput(loss, stats)
