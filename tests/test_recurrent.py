@@ -268,7 +268,7 @@ def _best_late_return(root: str) -> float:
     second half of the run. Not the last row: the LSTM runs' running mean
     swings by about 20 near their budget (sync: 97 at 21k env steps, 75 at
     24k), and where the swing stands at the budget depends on the CPU's float
-    rounding; the feed-forward run stays at 44-47 over its second half."""
+    rounding; the feed-forward run stays at 44-48 over its second half."""
     rows = [r for r in read_metrics(root) if "episode_return" in r]
     return max(r["episode_return"] for r in rows if r["env_steps"] >= rows[-1]["env_steps"] / 2)
 
@@ -291,7 +291,7 @@ def test_memory_makes_the_masked_task_learnable_sync_and_async(tmp_path, train_c
         _run(train_cmd + [f"--root_dir={root}", f"--gin_param=Trainer.num_env_steps={budget}"]
              + extra, cwd=str(tmp_path))
         returns[name] = _best_late_return(root)
-    assert returns["feed_forward"] < 60, returns  # about 47: it cannot see velocities
+    assert returns["feed_forward"] < 60, returns  # about 48: it cannot see velocities
     assert returns["sync"] > 1.8 * returns["feed_forward"], returns
     assert returns["async"] > 1.8 * returns["feed_forward"], returns
 
