@@ -168,3 +168,40 @@ def test_behaviour_statistics_normalize_the_batch_as_the_actor_did():
     updated.train(_batch(seed=1))
     other = updated._normalized_batch(raw, torch.from_numpy(raw), behaviour_version=1)
     assert not np.allclose(other.numpy(), got.numpy())
+
+
+def _stale(batch, seed):
+    """The batch acted by some other (older) policy: log-probs and values that
+    are not the learner's."""
+    rng = np.random.default_rng(seed)
+    batch["log_prob"] = rng.normal(-2.0, 0.3, batch["reward"].shape).astype(np.float32)
+    batch["value"] = rng.standard_normal(batch["reward"].shape).astype(np.float32)
+    return batch
+
+
+def test_vtrace_env_steps_corrects_the_first_batches_with_vtrace_then_switches():
+    """Batches of T x K = 32 env steps, vtrace_env_steps = 64: the first two
+    iterations train exactly as lag_correction = "vtrace" with recomputed values,
+    the third exactly as the decoupled objective on rollout values."""
+    kwargs = dict(num_epochs=2, mini_batch_size=16, seed=3)
+    phased = PPOLearner(3, 2, vtrace_env_steps=64, **kwargs)
+    vtrace_run = PPOLearner(3, 2, lag_correction="vtrace", recompute_values=True, **kwargs)
+    decoupled_run = PPOLearner(3, 2, **kwargs)
+    batches = [_stale(_batch(seed), seed) for seed in range(3)]
+    for i, batch in enumerate(batches[:2]):
+        stats = phased.train(batch)
+        assert stats["vtrace_phase"] == 1.0, i
+        vtrace_run.train(batch)
+    for (name, a), b in zip(phased.model.state_dict().items(),
+                            vtrace_run.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    decoupled_run.load_state_dict(phased.state_dict())
+    vtrace_run.train(batches[2])
+    assert phased.train(batches[2])["vtrace_phase"] == 0.0
+    decoupled_run.train(batches[2])
+    for (name, a), b in zip(phased.model.state_dict().items(),
+                            decoupled_run.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    assert not all(torch.equal(a, b) for a, b in zip(
+        phased.model.state_dict().values(), vtrace_run.model.state_dict().values()))
+    assert "vtrace_phase" not in decoupled_run.train(batches[0])
