@@ -98,12 +98,6 @@ class PPOLearner:
             sync's env steps at N = 2, decoupled 1.16x).
         rho_bar: truncation of the importance weights (decoupled and vtrace).
         c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
-        vtrace_env_steps: the first this many env steps trained on (training
-            iterations x T x K) are corrected as with lag_correction = "vtrace"
-            and recompute_values = True, the rest with the two settings given;
-            0 (the default): never. On HalfCheetah V-trace took async as early
-            as sync to returns 1000-2000 but levelled off lower than the
-            decoupled objective (docs/benchmarks.md).
         recompute_values: recompute V(s_t) of the batch with the learner's current
             value network before computing advantages (the behaviour values of a
             stale batch come from an older network). The bootstrap and
@@ -140,7 +134,6 @@ class PPOLearner:
                  reward_clip: Optional[float] = None,
                  device: str = "cpu", max_skipped_updates: int = 10,
                  lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
-                 vtrace_env_steps: int = 0,
                  recompute_values: bool = False, observation_stats: str = "updated",
                  chunk_length: Optional[int] = None, seed: int = 0):
         for name, value, kind, bounds in (
@@ -160,7 +153,6 @@ class PPOLearner:
                  dict(choices=("none", "decoupled", "vtrace"))),
                 ("rho_bar", rho_bar, "number", dict(low=0, low_open=True)),
                 ("c_bar", c_bar, "number", dict(low=0, low_open=True)),
-                ("vtrace_env_steps", vtrace_env_steps, "int", dict(low=0)),
                 ("recompute_values", recompute_values, "bool", {}),
                 ("observation_stats", observation_stats, "choice",
                  dict(choices=("updated", "behaviour"))),
@@ -192,7 +184,6 @@ class PPOLearner:
         self.rho_bar = float(rho_bar)
         self.c_bar = float(c_bar)
         self.recompute_values = recompute_values
-        self.vtrace_env_steps = int(vtrace_env_steps)
         self.chunk_length = chunk_length
         self.observation_stats = observation_stats
         self._published_stats = PublishedStatistics()  # for "behaviour" stats
@@ -304,27 +295,24 @@ class PPOLearner:
         obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
                                      behaviour_version)  # [T, K, *O]
         layout = self.columns(T, K)
-        in_vtrace_phase = self.iteration * T * K < self.vtrace_env_steps
-        correction = "vtrace" if in_vtrace_phase else self.lag_correction
-        recompute_values = in_vtrace_phase or self.recompute_values
         values, proximal_log_prob, start_states = t["value"], None, None
         with torch.no_grad():
             if self.state_size:  # one pass over the batch from the actors' states
                 dist, all_values, states = self.model.sequence(
                     obs, t["initial_state"], t["episode_start"], keep_every=layout.L)
                 start_states = layout.start_states(states)
-                if recompute_values:
+                if self.recompute_values:
                     values = all_values.reshape(T, K)
-                if correction != "none":
+                if self.lag_correction != "none":
                     proximal_log_prob = dist.log_prob(
                         t["action"].reshape(T * K, -1)).reshape(T, K)
-            elif recompute_values or correction != "none":
+            elif self.recompute_values or self.lag_correction != "none":
                 log_prob, all_values = self.model.log_prob_and_value(
                     obs.reshape((T * K,) + tuple(obs.shape[2:])), t["action"].reshape(T * K, -1),
                     self.mini_batch_size if self.model.observation_spec.is_image else None)
-                if recompute_values:
+                if self.recompute_values:
                     values = all_values.reshape(T, K)
-                if correction != "none":
+                if self.lag_correction != "none":
                     proximal_log_prob = log_prob.reshape(T, K)
         rewards = t["reward"]  # [T, K]
         if self.reward_clip is not None:
@@ -332,7 +320,7 @@ class PPOLearner:
         advantages, returns = advantages_and_returns(
             rewards * self.reward_scale, values, t, self.gamma, self.gae_lambda,
             log_rho=(proximal_log_prob - t["log_prob"]
-                     if correction == "vtrace" else None),
+                     if self.lag_correction == "vtrace" else None),
             rho_bar=self.rho_bar, c_bar=self.c_bar)
         col = layout.columns
         samples = {"action": col(t["action"]), "old_log_prob": col(t["log_prob"]),
@@ -389,8 +377,6 @@ class PPOLearner:
         stats["clip_ratio"] = clip_ratio
         if self.step_size.target_kl is not None:
             stats["kl_early_stop"] = float(kl_stopped)
-        if self.vtrace_env_steps:
-            stats["vtrace_phase"] = float(in_vtrace_phase)
         self.iteration += 1
         return stats
 
