@@ -34,6 +34,19 @@ def test_vtrace_by_hand_with_clipped_importance_weights():
     np.testing.assert_allclose(adv.reshape(-1), [3.794, 5.32, 3.3], rtol=1e-5)
 
 
+def test_vtrace_gae_shaped_advantages_by_hand():
+    # ratios as above (rho = 1, 0.5, 1), lambda 0.5; TD errors 1.4, 2.35, 3.3;
+    # adv[t] = TD error[t] + gamma * lambda * A[t + 1] (A: the corrections vs - V)
+    vs, adv = vtrace(col(math.log(2), math.log(0.5), 0.0), col(1, 2, 3), col(0.5, 1.0, 1.5),
+                     flags(0, 0, 0), flags(0, 0, 0), col(0, 0, 0), torch.tensor([2.0]),
+                     gamma=0.9, trace_lambda=0.5, gae_advantages=True)
+    # c = 0.5 * (1, 0.5, 1): A = 1.4 + 0.45 * 1.9175, 1.175 + 0.225 * 3.3, 3.3
+    np.testing.assert_allclose(vs.reshape(-1), [0.5 + 2.262875, 1.0 + 1.9175, 4.8],
+                               rtol=1e-5)
+    np.testing.assert_allclose(adv.reshape(-1), [1.4 + 0.45 * 1.9175, 2.35 + 0.45 * 3.3, 3.3],
+                               rtol=1e-5)
+
+
 def test_vtrace_c_bar_below_rho_bar():
     vs, adv = vtrace(col(math.log(2), math.log(2)), col(1, 1), col(0, 0), flags(0, 0),
                      flags(0, 0), col(0, 0), torch.tensor([0.0]), gamma=1.0,
@@ -64,6 +77,10 @@ def test_vtrace_on_policy_equals_gae(lam):
     torch.testing.assert_close(vs, gae_ret)
     if lam == 1.0:
         torch.testing.assert_close(adv, gae_adv)
+    vs, adv = vtrace(torch.zeros(T, K), rewards, values, terminated, truncated,
+                     truncation_value, bootstrap, 0.99, lam, gae_advantages=True)
+    torch.testing.assert_close(vs, gae_ret)
+    torch.testing.assert_close(adv, gae_adv)
 
 
 def test_decoupled_loss_by_hand():
@@ -117,11 +134,12 @@ def _on_policy(batch, learner):
     return batch
 
 
-@pytest.mark.parametrize("mode", ["decoupled", "vtrace"])
-def test_on_policy_learner_step_equals_ppo2(mode):
-    """Without lag every mode takes PPO2's first gradient step (vtrace with
+@pytest.mark.parametrize("mode,lam", [("decoupled", 0.95), ("vtrace_gae", 0.95),
+                                      ("vtrace", 1.0)])
+def test_on_policy_learner_step_equals_ppo2(mode, lam):
+    """Without lag every mode takes PPO2's first gradient step (vtrace only with
     gae_lambda = 1, where its advantages are GAE's)."""
-    kwargs = dict(num_epochs=1, mini_batch_size=32, seed=4, gae_lambda=1.0,
+    kwargs = dict(num_epochs=1, mini_batch_size=32, seed=4, gae_lambda=lam,
                   normalize_observations=False)
     plain, corrected = PPOLearner(3, 2, **kwargs), PPOLearner(3, 2, lag_correction=mode,
                                                              **kwargs)

@@ -90,8 +90,11 @@ class PPOLearner:
             iteration, and the loss is weighted by min(pi_prox / mu, rho_bar));
             "none" (PPO2: the clip is centred on the behaviour policy mu);
             "vtrace" (value targets and advantages from V-trace with rho_bar
-            and c_bar, and the decoupled policy step). On-policy data gives PPO2
-            with "none" and "decoupled", and with "vtrace" only for
+            and c_bar, and the decoupled policy step); "vtrace_gae" (as
+            "vtrace", but the policy advantages keep GAE's shape: the first
+            step's TD error plus gamma * lambda times the trace-corrected
+            advantage of the next step). On-policy data gives PPO2 with
+            "none", "decoupled" and "vtrace_gae", and with "vtrace" only for
             gae_lambda = 1 (otherwise its advantage r + gamma * vs' - V is
             GAE's with lambda = 1 for the first step). The default comes from
             the HalfCheetah study in docs/async_guide.md (PPO2 needed 1.6x
@@ -150,7 +153,7 @@ class PPOLearner:
                                                              optional=True)),
                 ("max_skipped_updates", max_skipped_updates, "int", dict(low=0)),
                 ("lag_correction", lag_correction, "choice",
-                 dict(choices=("none", "decoupled", "vtrace"))),
+                 dict(choices=("none", "decoupled", "vtrace", "vtrace_gae"))),
                 ("rho_bar", rho_bar, "number", dict(low=0, low_open=True)),
                 ("c_bar", c_bar, "number", dict(low=0, low_open=True)),
                 ("recompute_values", recompute_values, "bool", {}),
@@ -320,8 +323,9 @@ class PPOLearner:
         advantages, returns = advantages_and_returns(
             rewards * self.reward_scale, values, t, self.gamma, self.gae_lambda,
             log_rho=(proximal_log_prob - t["log_prob"]
-                     if self.lag_correction == "vtrace" else None),
-            rho_bar=self.rho_bar, c_bar=self.c_bar)
+                     if self.lag_correction.startswith("vtrace") else None),
+            rho_bar=self.rho_bar, c_bar=self.c_bar,
+            gae_advantages=self.lag_correction == "vtrace_gae")
         col = layout.columns
         samples = {"action": col(t["action"]), "old_log_prob": col(t["log_prob"]),
                    "advantages": col(advantages), "returns": col(returns)}

@@ -76,7 +76,8 @@ def generalized_advantage_estimation(
 def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
            terminated: torch.Tensor, truncated: torch.Tensor, truncation_value: torch.Tensor,
            bootstrap_value: torch.Tensor, gamma: float, trace_lambda: float = 1.0,
-           rho_bar: float = 1.0, c_bar: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+           rho_bar: float = 1.0, c_bar: float = 1.0,
+           gae_advantages: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """V-trace value targets and advantages for off-policy data (Espeholt et al., 2018).
 
     With rho[t] = min(rho_bar, pi/mu), c[t] = lambda * min(c_bar, pi/mu):
@@ -91,8 +92,16 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
     traces never cross an episode boundary. IMPALA's policy gradient weights adv
     by rho[t]; a PPO loss applies its own ratio to it instead.
 
-    On-policy (log_rho = 0, rho_bar = c_bar = 1) vs equals GAE(lambda)'s returns
-    and, for lambda = 1, adv equals GAE(1)'s advantages.
+    With ``gae_advantages`` the policy advantages keep GAE's shape instead:
+
+    adv[t]   = r[t] + gamma * v'[t] - V(s_t) + gamma * lambda * (1 - done[t]) * A[t + 1]
+
+    (the first step's TD error unweighted, as in IMPALA's form, the later ones
+    corrected by the traces; A[T] = 0).
+
+    On-policy (log_rho = 0, rho_bar = c_bar = 1) vs equals GAE(lambda)'s returns;
+    adv equals GAE(lambda)'s advantages with ``gae_advantages`` and otherwise
+    only for lambda = 1.
 
     Args:
         log_rho: [T, K] log pi(a_t|s_t) - log mu(a_t|s_t) (target minus behaviour).
@@ -102,6 +111,7 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
         gamma: discount in [0, 1].
         trace_lambda: lambda of the c-traces in [0, 1].
         rho_bar, c_bar: truncation levels of the importance weights (rho_bar >= c_bar).
+        gae_advantages: GAE-shaped policy advantages (above) instead of IMPALA's.
     Returns:
         (vs [T, K], adv [T, K]).
     """
@@ -112,7 +122,8 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
     c = trace_lambda * torch.clamp(ratio, max=c_bar)
     next_values = next_state_values(values, terminated, truncated, truncation_value,
                                     bootstrap_value)
-    deltas = rho * (rewards + gamma * next_values - values)
+    td_errors = rewards + gamma * next_values - values
+    deltas = rho * td_errors
     continues = (~(terminated | truncated)).to(rewards.dtype)
     corrections = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[0])
@@ -120,6 +131,9 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
         running = deltas[t] + gamma * c[t] * continues[t] * running
         corrections[t] = running
     vs = values + corrections
+    if gae_advantages:
+        following = torch.cat([corrections[1:], torch.zeros_like(corrections[:1])], dim=0)
+        return vs, td_errors + gamma * trace_lambda * continues * following
     next_vs = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
     next_vs = torch.where(truncated, truncation_value, next_vs)
     next_vs = torch.where(terminated, torch.zeros_like(next_vs), next_vs)
@@ -129,9 +143,11 @@ def vtrace(log_rho: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
 def advantages_and_returns(
         rewards: torch.Tensor, values: torch.Tensor, batch: Mapping[str, torch.Tensor],
         gamma: float, gae_lambda: float, log_rho: Optional[torch.Tensor] = None,
-        rho_bar: float = 1.0, c_bar: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+        rho_bar: float = 1.0, c_bar: float = 1.0,
+        gae_advantages: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """(advantages [T, K], returns [T, K]) of a trajectory batch: GAE, or
-    V-trace when ``log_rho`` [T, K] (log target / behaviour probability) is given.
+    V-trace when ``log_rho`` [T, K] (log target / behaviour probability) is given
+    (with GAE-shaped advantages if ``gae_advantages``; see ``vtrace``).
 
     ``rewards`` and ``values`` [T, K] are the ones to use (already clipped and
     scaled; rollout-time or recomputed); ``batch`` gives terminated, truncated,
@@ -142,7 +158,7 @@ def advantages_and_returns(
     if log_rho is None:
         return generalized_advantage_estimation(rewards, values, *ends, gamma, gae_lambda)
     returns, advantages = vtrace(log_rho, rewards, values, *ends, gamma, gae_lambda,
-                                 rho_bar, c_bar)
+                                 rho_bar, c_bar, gae_advantages)
     return advantages, returns
 
 
