@@ -19,6 +19,8 @@ Configurations (``--configs`` picks some by name, in this order):
 - ``n4_none`` / ``n4_decoupled`` / ``n4_vtrace``: the same with N = 4;
 - ``n2_decoupled_recompute`` / ``n2_vtrace_recompute`` / ``n4_decoupled_recompute``
   / ``n4_vtrace_recompute``: with ``PPOLearner.recompute_values = True``;
+- ``n2_vtrace_gae_recompute``: N = 2 with ``lag_correction = "vtrace_gae"`` and
+  recomputed values;
 - ``n2_lockstep``: N = 2 with ``Trainer.max_lag = 0`` (a batch one version old
   is dropped): everything async changes except the lag, the control that
   isolates lag. Its steps are the trained ones (dropped steps are reported
@@ -70,6 +72,7 @@ def _async(num_actors: int, *params: str) -> Tuple[str, List[str]]:
 NONE = "PPOLearner.lag_correction='none'"  # PPO2 (explicit: the default is decoupled)
 DECOUPLED = "PPOLearner.lag_correction='decoupled'"
 VTRACE = "PPOLearner.lag_correction='vtrace'"
+VTRACE_GAE = "PPOLearner.lag_correction='vtrace_gae'"
 RECOMPUTE = "PPOLearner.recompute_values=True"
 BEHAVIOUR_STATS = "PPOLearner.observation_stats='behaviour'"
 
@@ -87,6 +90,7 @@ CONFIGS: Dict[str, Tuple[str, List[str]]] = {
     "n2_vtrace_recompute": _async(2, VTRACE, RECOMPUTE),
     "n4_decoupled_recompute": _async(4, DECOUPLED, RECOMPUTE),
     "n4_vtrace_recompute": _async(4, VTRACE, RECOMPUTE),
+    "n2_vtrace_gae_recompute": _async(2, VTRACE_GAE, RECOMPUTE),
     "n2_lockstep": _async(2, NONE, "Trainer.max_lag=0"),
     "sync_behaviour_stats": (SYNC_GIN, [NONE, BEHAVIOUR_STATS]),
     "n2_none_behaviour_stats": _async(2, NONE, BEHAVIOUR_STATS),

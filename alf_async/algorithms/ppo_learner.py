@@ -99,7 +99,7 @@ class PPOLearner:
             GAE's with lambda = 1 for the first step). The default comes from
             the HalfCheetah study in docs/async_guide.md (PPO2 needed 1.6x
             sync's env steps at N = 2, decoupled 1.16x).
-        rho_bar: truncation of the importance weights (decoupled and vtrace).
+        rho_bar: truncation of the importance weights (decoupled and both V-traces).
         c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
         recompute_values: recompute V(s_t) of the batch with the learner's current
             value network before computing advantages (the behaviour values of a
