@@ -7,7 +7,9 @@ study and every seed, one run after another (never side by side: the wall times
 are compared). Each run stops as soon as it reaches the threshold (SIGTERM:
 final checkpoint, clean exit) or at ``--max_env_steps``.
 
-Configurations (``--configs`` picks some by name, in this order):
+Configurations (``--configs`` picks some by name, in this order; each binds its
+lag correction and, unless it says "recompute", ``recompute_values = False``,
+so the lag settings of the async file itself do not enter the study):
 
 - ``sync``: N = 1 (lag 0) with PPO2 (``lag_correction = "none"``, the
   baseline every "x sync" compares with);
@@ -65,16 +67,22 @@ SYNC_GIN = "ppo_bullet_half_cheetah.gin"
 ASYNC_GIN = "async_ppo_bullet_half_cheetah.gin"
 
 
-def _async(num_actors: int, *params: str) -> Tuple[str, List[str]]:
-    return ASYNC_GIN, [f"Trainer.num_actors={num_actors}", *params]
-
-
 NONE = "PPOLearner.lag_correction='none'"  # PPO2 (explicit: the default is decoupled)
 DECOUPLED = "PPOLearner.lag_correction='decoupled'"
 VTRACE = "PPOLearner.lag_correction='vtrace'"
 VTRACE_GAE = "PPOLearner.lag_correction='vtrace_gae'"
 RECOMPUTE = "PPOLearner.recompute_values=True"
+ROLLOUT_VALUES = "PPOLearner.recompute_values=False"
 BEHAVIOUR_STATS = "PPOLearner.observation_stats='behaviour'"
+
+
+def _async(num_actors: int, *params: str) -> Tuple[str, List[str]]:
+    """The async file with N actors and the given lag bindings; every configuration
+    names its lag correction, and uses the actors' values unless it binds RECOMPUTE
+    (the async file's own lag settings never leak into the study)."""
+    values = [] if RECOMPUTE in params else [ROLLOUT_VALUES]
+    return ASYNC_GIN, [f"Trainer.num_actors={num_actors}", *params, *values]
+
 
 # name -> (gin file, bindings); the order is the order runs are made in.
 CONFIGS: Dict[str, Tuple[str, List[str]]] = {
