@@ -1,15 +1,15 @@
 """Lag-correction study: env steps and wall time to a score, sync vs async.
 
-Trains HalfCheetahBulletEnv-v0 (the shipped ``ppo_bullet_half_cheetah.gin`` and
-``async_ppo_bullet_half_cheetah.gin``) to a mean return of ``--threshold``
+Trains HalfCheetahBulletEnv-v0 (the shipped ``ppo_bullet_half_cheetah.gin``, with
+``Trainer.num_actors`` set for async) to a mean return of ``--threshold``
 (default 1000, mean of the last 100 episodes) for every configuration of the
 study and every seed, one run after another (never side by side: the wall times
 are compared). Each run stops as soon as it reaches the threshold (SIGTERM:
 final checkpoint, clean exit) or at ``--max_env_steps``.
 
-Configurations (``--configs`` picks some by name, in this order; each binds its
-lag correction and, unless it says "recompute", ``recompute_values = False``,
-so the lag settings of the async file itself do not enter the study):
+Configurations (``--configs`` picks some by name, in this order; the async ones
+are the sync file with ``Trainer.num_actors = N``, so every lag setting of a
+configuration is the one it names, not the async file's):
 
 - ``sync``: N = 1 (lag 0) with PPO2 (``lag_correction = "none"``, the
   baseline every "x sync" compares with);
@@ -64,24 +64,19 @@ from bench.learning import analyse, first_reaching
 logger = logging.getLogger("bench")
 
 SYNC_GIN = "ppo_bullet_half_cheetah.gin"
-ASYNC_GIN = "async_ppo_bullet_half_cheetah.gin"
-
 
 NONE = "PPOLearner.lag_correction='none'"  # PPO2 (explicit: the default is decoupled)
 DECOUPLED = "PPOLearner.lag_correction='decoupled'"
 VTRACE = "PPOLearner.lag_correction='vtrace'"
 VTRACE_GAE = "PPOLearner.lag_correction='vtrace_gae'"
 RECOMPUTE = "PPOLearner.recompute_values=True"
-ROLLOUT_VALUES = "PPOLearner.recompute_values=False"
 BEHAVIOUR_STATS = "PPOLearner.observation_stats='behaviour'"
 
 
 def _async(num_actors: int, *params: str) -> Tuple[str, List[str]]:
-    """The async file with N actors and the given lag bindings; every configuration
-    names its lag correction, and uses the actors' values unless it binds RECOMPUTE
-    (the async file's own lag settings never leak into the study)."""
-    values = [] if RECOMPUTE in params else [ROLLOUT_VALUES]
-    return ASYNC_GIN, [f"Trainer.num_actors={num_actors}", *params, *values]
+    """The sync file with N actors and the given bindings (the async file also binds
+    its own lag correction, which would leak into the configurations)."""
+    return SYNC_GIN, [f"Trainer.num_actors={num_actors}", *params]
 
 
 # name -> (gin file, bindings); the order is the order runs are made in.
