@@ -68,8 +68,14 @@ def register_configurables() -> None:
 
 
 def _package_gin_configs() -> List[str]:
-    candidates = (os.path.join(PACKAGE_ROOT, "gin_configs"),
-                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs"))
+    """The shipped gin files' folder: ``alf_async/gin_configs`` inside an installed
+    package (setup.py maps the repository's ``gin_configs/`` there), or the
+    repository's top-level ``gin_configs/`` in a source checkout or an editable
+    install."""
+    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
+    checkout = os.path.join(PACKAGE_ROOT, "gin_configs")
+    in_checkout = os.path.isfile(os.path.join(PACKAGE_ROOT, "setup.py"))
+    candidates = (installed,) + ((checkout,) if in_checkout else ())
     return [c for c in candidates if os.path.isdir(c)]
 
 

@@ -29,8 +29,33 @@ def run_command(main: Callable[[List[str]], None]) -> None:
     """
     from absl import app
 
+    show_command_flags_in_help(main.__module__)
     atexit.register(gc.freeze)  # registered first, so it runs last
     app.run(main)
+
+
+def show_command_flags_in_help(command_module: str) -> None:
+    """Make ``--help`` print the command's description and flags under any
+    program name.
+
+    absl's ``--help`` shows the docstring of ``__main__`` and the flags defined
+    by the module it takes for the main one, ``sys.argv[0]``. That holds for
+    ``python -m alf_async.bin.<command>``, but a console script (``alf-train``)
+    is a generated file with neither, so ``--help`` printed only a usage line.
+    The flags of ``command_module`` and the shared ones defined here
+    (``define_run_flags``) become key flags of the program, and the command's
+    docstring stands in for a missing one of ``__main__``.
+    """
+    from absl import flags
+
+    program = sys.argv[0]
+    for module_name in (command_module, __name__):
+        for flag in flags.FLAGS.get_flags_for_module(module_name):
+            flags.FLAGS.register_key_flag_for_module(program, flag)
+    main_module = sys.modules.get("__main__")
+    command = sys.modules.get(command_module)
+    if main_module is not None and command is not None and not (main_module.__doc__ or "").strip():
+        main_module.__doc__ = command.__doc__
 
 
 def user_error(message: str, command: str = "alf_async") -> int:
