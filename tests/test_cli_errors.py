@@ -76,6 +76,9 @@ def cli(tmp_path_factory):
 
     def run(item):
         name, (args, config_path) = item
+        # Each case in a run directory of its own: cases run a few at a time,
+        # and a run directory holds one training at a time (its run lock).
+        args = [f"--root_dir={base / 'runs' / name}" if a == root else a for a in args]
         env = dict(os.environ)
         env.pop(CONFIG_PATH_ENV, None)
         if config_path:
@@ -87,7 +90,7 @@ def cli(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(pool.map(run, cases.items()))
     results["_paths"] = {"work": str(work), "extra": str(extra), "bad_gin": bad_gin,
-                         "run": str(base / "run")}
+                         "runs": [str(base / "runs" / name) for name in cases]}
     return results
 
 
@@ -155,10 +158,10 @@ def test_include_chain_resolves_through_search_path_on_command_line(cli):
 
 
 def test_no_run_started_on_bad_input(cli):
-    run = cli["_paths"]["run"]
-    assert not os.path.exists(os.path.join(run, "checkpoints")) or not os.listdir(
-        os.path.join(run, "checkpoints"))
-    assert not os.path.exists(os.path.join(run, "metrics.jsonl"))
+    for run in cli["_paths"]["runs"]:
+        assert not os.path.exists(os.path.join(run, "checkpoints")) or not os.listdir(
+            os.path.join(run, "checkpoints"))
+        assert not os.path.exists(os.path.join(run, "metrics.jsonl"))
 
 
 # -- in-process: include resolution through parse_config ------------------------

@@ -34,6 +34,7 @@ from absl import flags
 
 from alf_async.bin.common import ExitCode, run_command, setup_logging, user_error
 from alf_async.utils.files import write_text
+from alf_async.utils.run_lock import LockHolder, RunLock, RunLockedError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", None, "gin file(s): a path or a bare name on the "
@@ -52,15 +53,9 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     """Parse the config, train, and return the process exit status."""
     from alf_async.utils.process import warm_up_torch_children
 
+    # The forkserver starts before the run directory is locked, so the actors
+    # it forks never inherit the lock's file descriptor (utils.run_lock).
     warm_up_torch_children()  # the actors' imports run beside this process's
-    import gin
-
-    from alf_async.algorithms.guarded_step import NonFiniteError
-    from alf_async.checkpoint import CheckpointError
-    from alf_async.config import ConfigError, parse_config
-    from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
-    from alf_async.signals import TerminationRequested
-    from alf_async.training.trainer import Trainer
 
     # TensorBoard's writer (a quarter of a second of imports) is imported now,
     # while the forkserver still imports what the actors need: later it would
@@ -71,6 +66,35 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     problem = _root_dir_problem(root_dir)
     if problem:
         return user_error(problem)
+    lock = RunLock(root_dir)
+    try:
+        taken_over = lock.acquire()  # before anything of the run is read or written
+    except RunLockedError as e:
+        return user_error(str(e))
+    except OSError as e:
+        return user_error(f"the run could not start: could not write {lock.path}: "
+                          f"{e.strerror or e}. Nothing was trained; {_fix_for(e, root_dir)}, "
+                          "then run the same command again.")
+    try:
+        return _train_locked(root_dir, lock, taken_over, gin_files, gin_params,
+                             gin_search_path)
+    finally:
+        lock.release()
+
+
+def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHolder"],
+                  gin_files: Sequence[str], gin_params: Sequence[str],
+                  gin_search_path: Sequence[str]) -> int:
+    """``train`` once this process holds the run directory's lock."""
+    import gin
+
+    from alf_async.algorithms.guarded_step import NonFiniteError
+    from alf_async.checkpoint import CheckpointError
+    from alf_async.config import ConfigError, parse_config
+    from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
+    from alf_async.signals import TerminationRequested
+    from alf_async.training.trainer import Trainer
+
     saved = os.path.join(root_dir, RUN_CONFIG)
     if not gin_files:
         if not os.path.isfile(saved):
@@ -84,11 +108,15 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     except ConfigError as e:
         return user_error(str(e))
     try:
-        trainer = Trainer(root_dir=root_dir)
+        trainer = Trainer(root_dir=root_dir, run_lock=lock)
     except (ConfigError, ValueError, TypeError) as e:
         return user_error(str(e).strip())
     setup_logging(root_dir)
     logger = logging.getLogger("alf_async")
+    if taken_over is not None:
+        logger.warning("took over the lock of %s left by %s, which no longer holds it "
+                       "(it ended without releasing it: killed, or its machine was lost)",
+                       root_dir, taken_over.describe())
     config_text = gin.config_str()
     if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
         try:

@@ -14,7 +14,8 @@ Each run is started as ``python -m alf_async.bin.train --root_dir=<run dir>
 its own operative config and process tree, and a terminal Ctrl-C reaches only the
 sweep; if the sweep itself dies, its runs receive SIGTERM (a clean stop). Running the sweep again skips runs whose last attempt finished (exit 0)
 with the same train arguments and resumes the others (train resumes from the
-newest checkpoint).
+newest checkpoint). A run whose directory another training holds (its run lock,
+``utils.run_lock``) is not started: it is marked "locked" and the sweep exits 1.
 
 Stopping: on SIGINT or SIGTERM the sweep starts no new run, forwards the signal
 once to every running train process (which stops after its current iteration with
@@ -37,6 +38,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence
 
 from alf_async.sweep.grid import RunSpec
 from alf_async.utils.exit_codes import ExitCode
+from alf_async.utils import run_lock
 from alf_async.utils.files import read_json, write_json
 
 STATUS_FILE = "sweep_run.json"
@@ -200,6 +202,8 @@ class SweepRunner:
         while (queue or running) and self.stop_signal is None:
             while queue and len(running) < self.max_parallel and self.stop_signal is None:
                 spec = queue.popleft()
+                if self._locked_elsewhere(outcomes[spec.name]):
+                    continue
                 launched += 1
                 running[spec.name] = self._launch(spec, launched, total)
                 started[spec.name] = time.monotonic()
@@ -214,6 +218,19 @@ class SweepRunner:
             for name, proc in running.items():
                 self._finish(outcomes[name], proc, time.monotonic() - started[name])
         return [outcomes[spec.name] for spec in self.specs]
+
+    def _locked_elsewhere(self, outcome: RunOutcome) -> bool:
+        """Whether another process trains in the run's directory now (its run
+        lock, ``utils.run_lock``); such a run is not started but marked
+        "locked", which makes the sweep exit 1 as a failed run does."""
+        holder = run_lock.holder(outcome.run_dir)
+        if holder is None:
+            return False
+        outcome.status = "locked"
+        self.log(f"[sweep] {outcome.spec.name}: not started, its directory "
+                 f"{outcome.run_dir} is in use by another training ({holder.describe()}); "
+                 "run the sweep again once that training has ended")
+        return True
 
     def _launch(self, spec: RunSpec, index: int, total: int) -> subprocess.Popen:
         run_dir = self.run_dir(spec)

@@ -38,6 +38,7 @@ from alf_async.signals import GracefulStop, TerminationRequested, kill_children_
 from alf_async.training.evaluation import Evaluation
 from alf_async.training.loop import RunContext
 from alf_async.training.parts import build_parts
+from alf_async.utils.run_lock import RunLock
 from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")
@@ -62,13 +63,17 @@ class Trainer:
             tests of the runtime pass scripted policies; Hogwild ignores it).
         replay: SAC's buffer and ratio settings (default: gin's ``Replay.*``).
         hogwild: Hogwild's sharing settings (default: gin's ``Hogwild.*``).
+        run_lock: the run directory's lock (``utils.run_lock``), already held by
+            the caller (the train command takes it before reading the run's
+            config); None: ``train()`` takes it itself and releases it at the end.
         **overrides: settings fields to override, e.g. ``num_actors=2``.
     """
 
     def __init__(self, root_dir: str, settings: Optional[TrainerSettings] = None,
                  policy_factory: Optional[PolicyFactory] = None,
                  replay: Optional[ReplaySettings] = None,
-                 hogwild: Optional[HogwildSettings] = None, **overrides: Any):
+                 hogwild: Optional[HogwildSettings] = None,
+                 run_lock: Optional[RunLock] = None, **overrides: Any):
         if settings is None:
             settings = TrainerSettings(**overrides)  # gin fills the other fields
         elif overrides:
@@ -80,6 +85,7 @@ class Trainer:
         self.observation_spec, self.action_spec = parts.observation, parts.action_spec
         self.memory = parts.memory
         self.root_dir = os.path.abspath(root_dir)
+        self._run_lock = run_lock
         os.makedirs(self.root_dir, exist_ok=True)
         self.checkpointer = Checkpointer(self.root_dir)
         self.counters: Dict[str, float] = {"iteration": 0, "env_steps": 0, "episodes": 0,
@@ -160,8 +166,19 @@ class Trainer:
         """Run until the budget is reached; returns the final counters.
 
         Raises KeyboardInterrupt / TerminationRequested after a final checkpoint
-        when interrupted; any other exception after stopping every child.
+        when interrupted; ``RunLockedError`` (before anything is read) when
+        another process trains in the same run directory; any other exception
+        after stopping every child.
         """
+        if self._run_lock is not None and self._run_lock.held:
+            return self._train_in_locked_dir()
+        with RunLock(self.root_dir) as lock:
+            if lock.taken_over is not None:
+                logger.warning("took over the lock of %s left by %s, which no longer "
+                               "holds it", self.root_dir, lock.taken_over.describe())
+            return self._train_in_locked_dir()
+
+    def _train_in_locked_dir(self) -> Dict[str, float]:
         sweep_stale_blocks()
         if getattr(self.settings, "sampling_reason", ""):
             logger.info("sampling: %s", self.settings.sampling_reason)
