@@ -62,10 +62,11 @@ def small_params(*extra: str, iterations: int = 6) -> List[str]:
 
 
 def train_in_this_process(root_dir: str, gin_files: Sequence[str],
-                          gin_params: Sequence[str]) -> int:
+                          gin_params: Sequence[str], **options) -> int:
     """The train command's body (``alf_async.bin.train.train``) run in this
     process; gin's bindings and the logging it set up are undone afterwards.
-    For runs refused before anything starts (what it printed: capsys)."""
+    For runs refused before anything starts (what it printed: capsys).
+    ``options``: train's keyword arguments (allow_config_change)."""
     import gin
 
     from alf_async.bin.train import train
@@ -73,7 +74,7 @@ def train_in_this_process(root_dir: str, gin_files: Sequence[str],
     logger = logging.getLogger("alf_async")
     saved = (list(logger.handlers), logger.propagate, logger.level)
     try:
-        return train(root_dir, list(gin_files), list(gin_params))
+        return train(root_dir, list(gin_files), list(gin_params), **options)
     finally:
         gin.clear_config()
         for handler in list(logger.handlers):  # train() set up the run's logging

@@ -44,13 +44,22 @@ flags.DEFINE_multi_string("gin_search_path", None, "a folder searched for gin fi
                           "includes after the package's gin_configs/ (repeatable)")
 flags.DEFINE_string("root_dir", None, "run directory (resumed if it exists; default: "
                     "runs/<gin file>-<date>-<time> under the working directory)")
+flags.DEFINE_bool("allow_config_change", False, "resume even though the command changes "
+                  "what the run learns (env, networks, algorithm, hyperparameters); the "
+                  "change is logged and kept in <root_dir>/config_changes.jsonl")
 
 RUN_CONFIG = "config.gin"
 
 
 def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
-          gin_search_path: Sequence[str] = ()) -> int:
-    """Parse the config, train, and return the process exit status."""
+          gin_search_path: Sequence[str] = (), allow_config_change: bool = False) -> int:
+    """Parse the config, train, and return the process exit status.
+
+    Resuming a run (``root_dir`` has a checkpoint) checks the command's bindings
+    against the run's config.gin (``alf_async.config_changes``): changes to how
+    the run is carried out are applied and logged, changes to what it learns are
+    refused (exit 2) unless ``allow_config_change``.
+    """
     from alf_async.utils.process import warm_up_torch_children
 
     # The forkserver starts before the run directory is locked, so the actors
@@ -77,14 +86,14 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
                           "then run the same command again.")
     try:
         return _train_locked(root_dir, lock, taken_over, gin_files, gin_params,
-                             gin_search_path)
+                             gin_search_path, allow_config_change)
     finally:
         lock.release()
 
 
 def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHolder"],
                   gin_files: Sequence[str], gin_params: Sequence[str],
-                  gin_search_path: Sequence[str]) -> int:
+                  gin_search_path: Sequence[str], allow_config_change: bool) -> int:
     """``train`` once this process holds the run directory's lock."""
     import gin
 
@@ -93,20 +102,38 @@ def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHold
     from alf_async.config import ConfigError, parse_config
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
+    from alf_async.config_changes import (CHANGES_FILE, binding_values, config_changes,
+                                          record_changes)
     from alf_async.training.trainer import Trainer
 
     saved = os.path.join(root_dir, RUN_CONFIG)
+    run_bindings: dict = {}
     if not gin_files:
         if not os.path.isfile(saved):
             return user_error(
                 f"--gin_file is required: {root_dir} holds no {RUN_CONFIG} of an earlier "
                 "run to resume")
         gin_files = [saved]
+    checkpoint = _newest_checkpoint_file(root_dir)
     try:
+        if checkpoint and os.path.isfile(saved):
+            parse_config([saved], extra_search_path=list(gin_search_path))
+            run_bindings = binding_values()
         parse_config(list(gin_files), list(gin_params),
                      extra_search_path=list(gin_search_path))
     except ConfigError as e:
         return user_error(str(e))
+    changes = (config_changes(run_bindings, binding_values())
+               if checkpoint and os.path.isfile(saved) else [])
+    refused = [c for c in changes if not c.allowed]
+    if refused and not allow_config_change:
+        return user_error(
+            f"resuming {root_dir} with settings that change what the run learns: "
+            f"{'; '.join(c.describe() for c in refused)}. The run's checkpoint was trained "
+            "with the values on the left (its config.gin). Train these settings in a new "
+            "--root_dir, resume with the run's own config (--root_dir alone), or pass "
+            "--allow_config_change to resume with them anyway (the change is logged and "
+            f"kept in {os.path.join(root_dir, CHANGES_FILE)}).")
     try:
         trainer = Trainer(root_dir=root_dir, run_lock=lock)
     except (ConfigError, ValueError, TypeError) as e:
@@ -117,6 +144,16 @@ def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHold
         logger.warning("took over the lock of %s left by %s, which no longer holds it "
                        "(it ended without releasing it: killed, or its machine was lost)",
                        root_dir, taken_over.describe())
+    if changes:
+        for change in changes:
+            logger.log(logging.INFO if change.allowed else logging.WARNING,
+                       "resumed with a changed setting%s: %s",
+                       "" if change.allowed else " (--allow_config_change)", change.describe())
+        try:
+            record_changes(root_dir, changes, bool(refused), checkpoint)
+        except OSError as e:
+            logger.warning("could not record the changed settings in %s: %s",
+                           e.filename or CHANGES_FILE, e.strerror or e)
     config_text = gin.config_str()
     if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
         try:
@@ -166,6 +203,16 @@ def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHold
                 counters["iteration"], counters["env_steps"], counters["episodes"],
                 counters["wall_time"])
     return ExitCode.OK
+
+
+def _newest_checkpoint_file(root_dir: str) -> Optional[str]:
+    """The newest checkpoint file's path in ``root_dir`` (None: a new run)."""
+    from alf_async.checkpoint import Checkpointer
+
+    if not os.path.isdir(os.path.join(root_dir, "checkpoints")):
+        return None
+    found = Checkpointer(root_dir).list()
+    return found[-1][1] if found else None
 
 
 def _root_dir_problem(root_dir: str) -> Optional[str]:
@@ -254,7 +301,7 @@ def main(argv: List[str]) -> None:
               f"--root_dir={root_dir}",
               file=sys.stderr, flush=True)
     sys.exit(train(root_dir, FLAGS.gin_file or [], FLAGS.gin_param or [],
-                   FLAGS.gin_search_path or []))
+                   FLAGS.gin_search_path or [], FLAGS.allow_config_change))
 
 
 def run_main() -> None:

@@ -78,6 +78,13 @@ def write_json(path: str, value: object, fsync: bool = False) -> None:
         f.write("\n")
 
 
+def append_line(path: str, line: str) -> None:
+    """Append one line to ``path`` with a single write (a crash leaves the file's
+    earlier lines whole)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line.rstrip("\n") + "\n")
+
+
 def read_json(path: str) -> Optional[dict]:
     """The JSON object in ``path``, or None if it is missing, unreadable or not an object."""
     try:
