@@ -22,7 +22,7 @@ Output: one JSON line {"bench": "ray_scaling", "runs": [{"N", "T", "EPS", "L",
 "saturates_at_N" (the first N whose learner is busy >= 80% of the time), ...}.
 ``--plot FILE`` also draws EPS and ideal EPS against N.
 
-Full size:  python -m bench.ray_scaling --plot docs/eps_report/ray_scaling.png
+Full size:  python -m bench.ray_scaling --plot ray_scaling.png
 Smoke run:  python -m bench.ray_scaling --num_actors 1,2 --iterations 4 --warmup 1 --nodes 2
 """
 

@@ -27,7 +27,8 @@ Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
-Report:     python -m bench.suite --table --plot_dir docs/suite
+Report:     python -m bench.suite --table --results docs/suite/results.jsonl --plot_dir docs/suite
+            (the runs of the configs as shipped; --results A.jsonl,B.jsonl reads several)
 Smoke run:  python -m bench.suite --root_dir /tmp/suite --envs hopper --seeds 0 \\
                 --max_env_steps 8192 --eval_interval 4096 --eval_episodes 2 \\
                 --results /tmp/suite.jsonl
@@ -64,7 +65,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="Trainer.eval_interval_env_steps (divides 1M and 2M)")
     p.add_argument("--eval_episodes", type=int, default=10)
     p.add_argument("--results", default="suite.jsonl",
-                   help="JSON lines of finished runs (appended; runs already there are skipped)")
+                   help="JSON lines of finished runs (appended; runs already there are "
+                        "skipped); with --table, several comma-separated files are read "
+                        "as one")
     p.add_argument("--table", action="store_true",
                    help="report --results and exit (nothing is run)")
     p.add_argument("--plot_dir", default=None, help="write suite_<env>.png figures here")
@@ -83,6 +86,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"unknown env(s) or mode(s) {unknown}; envs: {', '.join(ZOO_PPO_SCORES)}; "
                 f"modes: {', '.join(MODES)}")
     args.seeds = benchlib.parse_int_list(args.seeds)
+    args.results_files = [f for f in args.results.split(",") if f]
+    if len(args.results_files) != 1 and not args.table:
+        p.error("--results takes one file when runs are made (several only with --table)")
     return args
 
 
@@ -149,8 +155,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if result is not None:
                         with open(args.results, "a", encoding="utf-8") as f:
                             f.write(json.dumps(result) + "\n")
-    results = benchlib.read_jsonl(args.results)
-    benchlib.emit({"bench": "suite", "results": os.path.abspath(args.results),
+    results = [row for path in args.results_files for row in benchlib.read_jsonl(path)]
+    benchlib.emit({"bench": "suite",
+                   "results": ",".join(os.path.abspath(f) for f in args.results_files),
                    **report(results, args.plot_dir), **benchlib.machine_info()})
     return 0
 

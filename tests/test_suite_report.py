@@ -51,3 +51,33 @@ def test_seed_spread_compares_every_ordered_pair_of_seeds_of_one_config():
     assert spread["half_cheetah"]["sync"]["2000"] == {"max": None, "pairs": 0, "above_1.3": 0}
     table = suite.seed_spread_tables(results)
     assert "| sync (0, 1, 2) | 2.00 (3/6 above 1.3) |" in table
+
+
+def test_table_reads_several_results_files_as_one(tmp_path):
+    """``bench.suite --table --results a.jsonl,b.jsonl``: the report of the rows of
+    both (the docs redraw the shipped configs' figures from one file and compare
+    it with experiments kept in others)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    curve = [[500_000, 60.0, 1000.0], [1_000_000, 120.0, 2000.0], [2_000_000, 240.0, 2500.0]]
+    files = []
+    for name, rows in (("a.jsonl", [_run("sync", 0, curve), _run("sync", 1, curve)]),
+                       ("b.jsonl", [_run("async", 0, curve)])):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        files.append(str(path))
+    out = subprocess.run([sys.executable, "-m", "bench.suite", "--table", "--results",
+                          ",".join(files)], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    envs = json.loads(out.stdout.strip().splitlines()[-1])["envs"]["half_cheetah"]
+    assert envs["sync"]["runs"] == 2 and envs["async"]["runs"] == 1
+    assert "| async / sync |" in out.stderr
+    refused = subprocess.run([sys.executable, "-m", "bench.suite", "--results",
+                              ",".join(files), "--envs", "hopper", "--seeds", "0"],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "several only with --table" in refused.stderr
