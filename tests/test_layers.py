@@ -31,9 +31,15 @@ LAYERS = {
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5, "hogwild": 5,
     "env_failure_log": 5,
     "training": 6,
-    "reporting": 7, "playback": 7, "examples": 7,
+    "reporting": 7, "playback": 7,
     "sweep": 8, "gin_reference": 8,
+    # The Python API: loading a policy (on playback); training (on the
+    # commands' logging set-up, bin/common.py).
+    "policy_api": 8,
     "bin": 9,
+    "train_api": 10,
+    # Scripts of the Python API (``import alf_async``; alf_async.train, load).
+    "examples": 11,
 }
 
 
@@ -94,7 +100,10 @@ def test_no_two_packages_import_each_other():
 
 
 # The life cycle's own files: a loop (any other file of training/) imports none.
-LIFE_CYCLE_INTERNALS = {"alf_async.training.trainer", "alf_async.training.parts"}
+# (launch: the start of a run from gin files, shared by the train command and
+# alf_async.train.)
+LIFE_CYCLE_INTERNALS = {"alf_async.training.trainer", "alf_async.training.parts",
+                        "alf_async.training.launch"}
 
 
 def _module_name(path: str) -> str:

@@ -28,12 +28,11 @@ import logging
 import os
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from absl import flags
 
 from alf_async.bin.common import ExitCode, run_command, setup_logging, user_error
-from alf_async.utils.files import write_text
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", None, "gin file(s): a path or a bare name on the "
@@ -44,60 +43,35 @@ flags.DEFINE_multi_string("gin_search_path", None, "a folder searched for gin fi
 flags.DEFINE_string("root_dir", None, "run directory (resumed if it exists; default: "
                     "runs/<gin file>-<date>-<time> under the working directory)")
 
-RUN_CONFIG = "config.gin"
-
 
 def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
           gin_search_path: Sequence[str] = ()) -> int:
-    """Parse the config, train, and return the process exit status."""
-    from alf_async.utils.process import warm_up_torch_children
+    """Parse the config, train, and return the process exit status (the steps
+    are ``training.launch``'s, shared with ``alf_async.train``)."""
+    from alf_async.training.launch import (RUN_CONFIG, log_finished, prepare_run,
+                                           save_run_config, write_operative_config)
 
-    warm_up_torch_children()  # the actors' imports run beside this process's
+    try:
+        run = prepare_run(root_dir, gin_files, gin_params, gin_search_path)
+    except (ValueError, TypeError) as e:  # RunDirError, ConfigError, the settings' checks
+        return user_error(str(e).strip())
     import gin
 
     from alf_async.algorithms.guarded_step import NonFiniteError
     from alf_async.checkpoint import CheckpointError
-    from alf_async.config import ConfigError, parse_config
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
-    from alf_async.training.trainer import Trainer
 
-    # TensorBoard's writer (a quarter of a second of imports) is imported now,
-    # while the forkserver still imports what the actors need: later it would
-    # delay the actors' start.
-    import torch.utils.tensorboard  # noqa: F401
-
-    root_dir = os.path.abspath(root_dir)
-    problem = _root_dir_problem(root_dir)
-    if problem:
-        return user_error(problem)
-    saved = os.path.join(root_dir, RUN_CONFIG)
-    if not gin_files:
-        if not os.path.isfile(saved):
-            return user_error(
-                f"--gin_file is required: {root_dir} holds no {RUN_CONFIG} of an earlier "
-                "run to resume")
-        gin_files = [saved]
-    try:
-        parse_config(list(gin_files), list(gin_params),
-                     extra_search_path=list(gin_search_path))
-    except ConfigError as e:
-        return user_error(str(e))
-    try:
-        trainer = Trainer(root_dir=root_dir)
-    except (ConfigError, ValueError, TypeError) as e:
-        return user_error(str(e).strip())
+    trainer, root_dir = run.trainer, run.root_dir
     setup_logging(root_dir)
     logger = logging.getLogger("alf_async")
-    config_text = gin.config_str()
-    if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
-        try:
-            write_text(saved, config_text)
-        except OSError as e:
-            return user_error(f"the run could not start: could not write "
-                              f"{e.filename or saved}: {e.strerror or e}. Nothing was "
-                              f"trained; {_fix_for(e, root_dir)}, then run the same "
-                              "command again.")
+    try:
+        save_run_config(run)
+    except OSError as e:
+        where = e.filename or os.path.join(root_dir, RUN_CONFIG)
+        return user_error(f"the run could not start: could not write {where}: "
+                          f"{e.strerror or e}. Nothing was trained; "
+                          f"{_fix_for(e, root_dir)}, then run the same command again.")
     try:
         counters = trainer.train()
     except (KeyboardInterrupt, TerminationRequested) as e:
@@ -133,27 +107,9 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
         logger.exception("run failed at iteration %d: %s", trainer.counters["iteration"], e)
         return ExitCode.FAILED
     finally:
-        _write_operative_config(root_dir, gin.operative_config_str(), logger)
-    logger.info("done: %d iterations, %d env steps, %d episodes in %.0f s",
-                counters["iteration"], counters["env_steps"], counters["episodes"],
-                counters["wall_time"])
+        write_operative_config(root_dir, gin.operative_config_str(), logger)
+    log_finished(counters, logger)
     return ExitCode.OK
-
-
-def _root_dir_problem(root_dir: str) -> Optional[str]:
-    """Why ``root_dir`` cannot hold a run (None when it can)."""
-    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
-        return f"--root_dir={root_dir} is a file, not a folder; give a folder for the run"
-    existing = root_dir
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return (f"--root_dir={root_dir} cannot be created: {existing} is a file, not a "
-                "folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"--root_dir={root_dir} cannot be written: {existing} is not writable; "
-                "choose a folder you can write to")
-    return None
 
 
 def default_root_dir(gin_files: Sequence[str]) -> str:
@@ -199,17 +155,6 @@ def _fix_for(error: OSError, root_dir: str) -> str:
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"make {where} writable"
     return f"fix the cause above (free space, or make {where} writable)"
-
-
-def _write_operative_config(root_dir: str, text: str, logger: logging.Logger) -> None:
-    """Write ``operative_config.gin`` (the bindings the run used); a failed write
-    is logged as one WARNING line, never raised over the run's own outcome."""
-    path = os.path.join(root_dir, "operative_config.gin")
-    try:
-        write_text(path, text)
-    except OSError as e:
-        logger.warning("could not write %s: %s (it only records the bindings the "
-                       "run used)", e.filename or path, e.strerror or e)
 
 
 def main(argv: List[str]) -> None:
