@@ -53,6 +53,13 @@ GIN_NAME = "Trainer"
 REPLAY_GIN_NAME = "Replay"
 
 
+def eval_seed(seed: int) -> int:
+    """The reset seed of the first episode of every evaluation of a run seeded
+    with ``seed`` (``Trainer.seed``; episode i: + i), apart from the seeds of
+    its training envs (``TrainerSettings.env_seed``)."""
+    return derive_seed(seed, 3)
+
+
 @gin.configurable(GIN_NAME)
 @dataclass(frozen=True)
 class TrainerSettings:

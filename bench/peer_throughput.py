@@ -1,5 +1,6 @@
 """End-to-end throughput of the shipped HalfCheetah configs against Sample
-Factory, back to back, with the machine's raw limit measured in the same run.
+Factory and Stable-Baselines3, back to back, with the machine's raw limit
+measured in the same run.
 
 In one sitting: the raw two-process limit (16 envs stepped by 2 processes at
 once, random actions, no policy: ``raw_env.measure_raw_env_processes``), then
@@ -7,12 +8,16 @@ alf_async's shipped sync config (``ppo_bullet_half_cheetah.gin``, "auto" env
 workers and splits) and Sample Factory's sync mode, alf_async's async config
 (``async_ppo_bullet_half_cheetah.gin``, N = 2) and Sample Factory's async mode
 (``peers/sf_ppo.py`` in Sample Factory's own virtualenv, ``--sf_python``; 2
-workers x 8 envs, its MuJoCo settings), ``--env_steps`` each, ``--repeats``
-times, and the raw limit again at the end.
+workers x 8 envs, its MuJoCo settings), then SB3's PPO with the
+rl-baselines3-zoo's HalfCheetah settings (``peers/sb3_ppo.py`` in SB3's own
+virtualenv, ``--sb3_python``; 16 envs in subprocesses, (256, 256) networks, 20
+epochs of minibatches of 128, gSDE), ``--env_steps`` each, ``--repeats`` times,
+and the raw limit again at the end. SB3 has no async mode: its one rate is set
+against both of alf_async's.
 
 Each rate is env steps over the training loop (alf_async: the last metrics
 row's ``wall_time``, the loop from the first unroll on; Sample Factory:
-``runner.run()``): start-up excluded. ``alf_setup_exit_s`` is the rest of the
+``runner.run()``; SB3: ``model.learn``): start-up excluded. ``alf_setup_exit_s`` is the rest of the
 train command's process wall time (start-up until every actor is ready, the
 first unroll's start, and shutdown), ``sf_setup_exit_s`` Sample Factory's
 set-up and exit around its loop. The actor's unroll rate of the sync run
@@ -20,11 +25,12 @@ set-up and exit around its loop. The actor's unroll rate of the sync run
 is set against the raw limit (``sync_unroll_limit_fraction``).
 
 Output: one JSON line {"bench": "peer_throughput", "limit_steps_per_s",
-"runs": [...], "median": {"alf_sync", "sf_sync", "alf_async", "sf_async",
-"sync_x_sf", "async_x_sf", "sync_unroll_limit_fraction"}} and a markdown table
-on stderr.
+"runs": [...], "median": {"alf_sync", "sf_sync", "alf_async", "sf_async", "sb3",
+"sync_x_sf", "async_x_sf", "sync_x_sb3", "async_x_sb3",
+"sync_unroll_limit_fraction"}} and a markdown table on stderr.
 
-Full size:  python -m bench.peer_throughput --sf_python /tmp/peers/sf/bin/python
+Full size:  python -m bench.peer_throughput --sf_python /tmp/peers/sf/bin/python \
+                --sb3_python /tmp/peers/sb3/bin/python
 Smoke run:  python -m bench.peer_throughput --env_steps 8192 --repeats 1
 """
 
@@ -40,6 +46,7 @@ from bench import benchlib, children, raw_env
 
 logger = logging.getLogger("bench")
 SF_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sf_ppo.py")
+SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sb3_ppo.py")
 ENV = "HalfCheetahBulletEnv-v0"
 CONFIGS = {"sync": "ppo_bullet_half_cheetah.gin", "async": "async_ppo_bullet_half_cheetah.gin"}
 
@@ -52,6 +59,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--sf_python", default=None,
                    help="python of Sample Factory's virtualenv (without it SF is not run)")
+    p.add_argument("--sb3_python", default=None,
+                   help="python of SB3's virtualenv (without it SB3 is not run)")
     p.add_argument("--limit_steps", type=int, default=1024,
                    help="steps per env of each raw-limit measurement")
     benchlib.add_common_train_args(p)
@@ -83,6 +92,11 @@ def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
 
 
+def run_sb3(args: argparse.Namespace) -> Dict[str, Any]:
+    cmd = [args.sb3_python, SB3_SCRIPT, "--env", ENV, "--steps", str(args.env_steps)]
+    return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
+
+
 def measure_limit(args: argparse.Namespace) -> float:
     return raw_env.measure_raw_env_processes(ENV, 16, 2, args.limit_steps, seed=1)["steps_per_s"]
 
@@ -106,6 +120,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 run[f"sf_{mode}"] = sf["env_steps_per_s"]
                 run[f"sf_{mode}_setup_exit_s"] = sf["setup_s"] + sf["exit_s"]
             logger.info("repeat %d %s: %s", index, mode, run)
+        if args.sb3_python:
+            sb3 = run_sb3(args)
+            run["sb3"] = sb3["env_steps_per_s"]
+            run["sb3_setup_exit_s"] = sb3["setup_s"]
+            logger.info("repeat %d sb3: %s", index, run["sb3"])
         limits.append(measure_limit(args))
         runs.append(run)
     limit = benchlib.mean(limits)
@@ -114,15 +133,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.sf_python:
         median["sync_x_sf"] = benchlib.median(r["alf_sync"] / r["sf_sync"] for r in runs)
         median["async_x_sf"] = benchlib.median(r["alf_async"] / r["sf_async"] for r in runs)
-    lines = ["| run | env steps/s (median) | x Sample Factory | set-up + exit (s) |",
-             "|---|---:|---:|---:|"]
+    if args.sb3_python:
+        for mode in ("sync", "async"):
+            median[f"{mode}_x_sb3"] = benchlib.median(r[f"alf_{mode}"] / r["sb3"] for r in runs)
+    lines = ["| run | env steps/s (median) | x Sample Factory | x SB3 | set-up + exit (s) |",
+             "|---|---:|---:|---:|---:|"]
     for mode in ("sync", "async"):
         ratio = f"{median[f'{mode}_x_sf']:.2f}" if args.sf_python else "-"
-        lines.append(f"| alf_async {mode} | {median[f'alf_{mode}']:.0f} | {ratio} "
+        to_sb3 = f"{median[f'{mode}_x_sb3']:.2f}" if args.sb3_python else "-"
+        lines.append(f"| alf_async {mode} | {median[f'alf_{mode}']:.0f} | {ratio} | {to_sb3} "
                      f"| {median[f'alf_{mode}_setup_exit_s']:.1f} |")
         if args.sf_python:
-            lines.append(f"| Sample Factory {mode} | {median[f'sf_{mode}']:.0f} | 1.00 "
+            lines.append(f"| Sample Factory {mode} | {median[f'sf_{mode}']:.0f} | 1.00 | - "
                          f"| {median[f'sf_{mode}_setup_exit_s']:.1f} |")
+    if args.sb3_python:
+        lines.append(f"| SB3 (zoo settings) | {median['sb3']:.0f} | - | 1.00 "
+                     f"| {median['sb3_setup_exit_s']:.1f} |")
     print("\n".join(lines) + f"\n(raw limit, 2 processes x 8 envs: {limit:.0f} env steps/s; "
           f"sync unroll {median['sync_unroll_steps_per_s']:.0f} = "
           f"{median['sync_unroll_limit_fraction']:.2f} of it)", file=sys.stderr)

@@ -125,9 +125,9 @@ def is_multiprocessing_service(proc: psutil.Process) -> bool:
 @pytest.fixture(autouse=True)
 def fresh_gin_config():
     """Each test starts and ends with no gin bindings: a test that parsed a
-    run's config in this process (``playback.player.load_policy`` binds the
-    run's, e.g. ``Trainer.algorithm = 'sac'``) must not configure the next
-    test that runs in the same worker."""
+    run's config in this process (``config.parse_config``, a ``Trainer`` built
+    from bindings, e.g. ``Trainer.algorithm = 'sac'``) must not configure the
+    next test that runs in the same worker."""
     import gin
 
     gin.clear_config()

@@ -24,16 +24,20 @@ LAYERS = {
     "utils": 0,
     # What settings.py builds on: the meaning of "auto" sampling, Ray's settings.
     "sampling_choice": 0.5, "ray_settings": 0.5,
-    "settings": 1, "config": 1,
+    "settings": 1, "config": 1, "config_changes": 1,
     "envs": 2, "networks": 3,
     "runtime": 3,
     "algorithms": 4, "iteration_record": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5, "hogwild": 5,
     "env_failure_log": 5,
     "training": 6,
-    "reporting": 7, "playback": 7, "examples": 7,
+    "reporting": 7, "playback": 7,
     "sweep": 8, "gin_reference": 8,
+    # The Python API: loading a policy (on playback), training (on training/).
+    "policy_api": 8, "train_api": 8,
     "bin": 9,
+    # Scripts of the Python API (``import alf_async``; alf_async.train, load).
+    "examples": 10,
 }
 
 
@@ -94,7 +98,10 @@ def test_no_two_packages_import_each_other():
 
 
 # The life cycle's own files: a loop (any other file of training/) imports none.
-LIFE_CYCLE_INTERNALS = {"alf_async.training.trainer", "alf_async.training.parts"}
+# (launch: the start of a run from gin files, shared by the train command and
+# alf_async.train.)
+LIFE_CYCLE_INTERNALS = {"alf_async.training.trainer", "alf_async.training.parts",
+                        "alf_async.training.launch"}
 
 
 def _module_name(path: str) -> str:

@@ -11,11 +11,12 @@ population variance equal ``numpy.mean`` / ``numpy.var`` of their concatenation.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 import gin
 import numpy as np
 import torch
+import torch.nn as nn
 
 from alf_async.algorithms.array_normalizer import ArrayNormalizer
 
@@ -63,15 +64,20 @@ class RunningNormalizer:
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """(x - mean) / sqrt(var + eps), clipped; x [..., D] float32 tensor."""
-        key = (x.dtype, x.device)
+        mean, std = self.statistics(x.dtype, x.device)
+        return standardize(x, mean, std, self.clip)
+
+    def statistics(self, dtype: torch.dtype = torch.float32,
+                   device: Optional[torch.device] = None
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(mean [D], sqrt(var + eps) [D]) as tensors of ``dtype`` on ``device``."""
+        key = (dtype, device)
         if key not in self._tensors:
             self._tensors[key] = (
-                torch.as_tensor(self.mean, dtype=x.dtype, device=x.device),
-                torch.as_tensor(np.sqrt(self.var + self.epsilon), dtype=x.dtype,
-                                device=x.device))
-        mean, std = self._tensors[key]
-        y = (x - mean) / std
-        return y.clamp(-self.clip, self.clip) if self.clip > 0 else y
+                torch.as_tensor(self.mean, dtype=dtype, device=device),
+                torch.as_tensor(np.sqrt(self.var + self.epsilon), dtype=dtype,
+                                device=device))
+        return self._tensors[key]
 
     def normalize_array(self, x: np.ndarray) -> np.ndarray:
         """``normalize`` for a float32 numpy array x [..., D] (the same float32
@@ -103,6 +109,29 @@ class RunningNormalizer:
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         self.load_state_arrays({k: v.numpy() for k, v in state.items()})
+
+
+def standardize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                clip: float) -> torch.Tensor:
+    """(x - mean) / std for x [..., D], clipped to [-clip, clip] (clip 0: not clipped)."""
+    y = (x - mean) / std
+    return y.clamp(-clip, clip) if clip > 0 else y
+
+
+class FrozenNormalizer(nn.Module):
+    """A ``RunningNormalizer``'s statistics of one moment as float32 buffers:
+    a module that normalizes x [..., D] as the normalizer did then (for
+    exported policies, ``playback.export``)."""
+
+    def __init__(self, normalizer: RunningNormalizer):
+        super().__init__()
+        mean, std = normalizer.statistics(torch.float32)
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("std", std.clone())
+        self.clip = float(normalizer.clip)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return standardize(x, self.mean, self.std, self.clip)
 
 
 def merge_statistics(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]

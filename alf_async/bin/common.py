@@ -1,5 +1,6 @@
 """What every alf_async command shares: exit codes, the user-error printer,
-logging set-up and the flags common to commands that start training runs.
+logging set-up (``utils.run_log``, shared with the Python API) and the flags
+common to commands that start training runs.
 
 Exit statuses (``ExitCode``): 0 done; 1 the run failed; 2 bad input
 (configuration, files, arguments); 130 Ctrl-C; 143 SIGTERM.
@@ -9,12 +10,11 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
-import os
 import sys
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from alf_async.utils.exit_codes import ExitCode
+from alf_async.utils.run_log import setup_logging
 
 __all__ = ["ExitCode", "user_error", "setup_logging", "define_run_flags", "run_command"]
 
@@ -68,62 +68,6 @@ def user_error(message: str, command: str = "alf_async") -> int:
              if line.strip() and not line.strip().startswith("In call to configurable")]
     print(f"{command}: error: {' '.join(lines)}", file=sys.stderr, flush=True)
     return ExitCode.BAD_INPUT
-
-
-class RunLogFileHandler(logging.FileHandler):
-    """``<root_dir>/log.txt``: a file handler that, when a line cannot be written
-    (no space left on the device, ...), says so once on stderr in one line and
-    stops writing the file, instead of printing a traceback for every line.
-    The lines still reach stderr through the stream handler."""
-
-    def __init__(self, filename: str):
-        super().__init__(filename)
-        self.failed = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not self.failed:
-            super().emit(record)
-
-    def flush(self) -> None:
-        if not self.failed:
-            super().flush()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        except OSError:
-            if not self.failed:  # the failure was not reported yet
-                raise
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        if self.failed:
-            return
-        self.failed = True
-        error = sys.exc_info()[1]
-        reason = (getattr(error, "strerror", None) or error) if error else "unknown error"
-        print(f"alf_async: warning: could not write {self.baseFilename}: {reason}; "
-              "log lines go to stderr only from now on", file=sys.stderr, flush=True)
-
-
-def setup_logging(root_dir: Optional[str]) -> logging.Logger:
-    """Log INFO to stderr and, with a run directory, to <root_dir>/log.txt
-    (``RunLogFileHandler``: a failed write of it is one warning, not a traceback)."""
-    logger = logging.getLogger("alf_async")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-    stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(fmt)
-    logger.addHandler(stream)
-    if root_dir:
-        os.makedirs(root_dir, exist_ok=True)
-        file_handler = RunLogFileHandler(os.path.join(root_dir, "log.txt"))
-        file_handler.setFormatter(fmt)
-        logger.addHandler(file_handler)
-    return logger
 
 
 def define_run_flags() -> None:

@@ -28,13 +28,11 @@ import logging
 import os
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from absl import flags
 
 from alf_async.bin.common import ExitCode, run_command, setup_logging, user_error
-from alf_async.utils.files import write_text
-from alf_async.utils.run_lock import LockHolder, RunLock, RunLockedError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", None, "gin file(s): a path or a bare name on the "
@@ -48,121 +46,54 @@ flags.DEFINE_bool("allow_config_change", False, "resume even though the command 
                   "what the run learns (env, networks, algorithm, hyperparameters); the "
                   "change is logged and kept in <root_dir>/config_changes.jsonl")
 
-RUN_CONFIG = "config.gin"
-
 
 def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
           gin_search_path: Sequence[str] = (), allow_config_change: bool = False) -> int:
-    """Parse the config, train, and return the process exit status.
+    """Parse the config, train, and return the process exit status (the steps
+    are ``training.launch``'s, shared with ``alf_async.train``).
 
-    Resuming a run (``root_dir`` has a checkpoint) checks the command's bindings
-    against the run's config.gin (``alf_async.config_changes``): changes to how
-    the run is carried out are applied and logged, changes to what it learns are
-    refused (exit 2) unless ``allow_config_change``.
+    The run directory is locked for the run (a second training on it exits 2
+    naming the holder); resuming a run checks the command's bindings against
+    its config.gin: changes to how the run is carried out are applied and
+    logged, changes to what it learns exit 2 unless ``allow_config_change``.
     """
-    from alf_async.utils.process import warm_up_torch_children
+    from alf_async.training.launch import prepare_run
 
-    # The forkserver starts before the run directory is locked, so the actors
-    # it forks never inherit the lock's file descriptor (utils.run_lock).
-    warm_up_torch_children()  # the actors' imports run beside this process's
-
-    # TensorBoard's writer (a quarter of a second of imports) is imported now,
-    # while the forkserver still imports what the actors need: later it would
-    # delay the actors' start.
-    import torch.utils.tensorboard  # noqa: F401
-
-    root_dir = os.path.abspath(root_dir)
-    problem = _root_dir_problem(root_dir)
-    if problem:
-        return user_error(problem)
-    lock = RunLock(root_dir)
     try:
-        taken_over = lock.acquire()  # before anything of the run is read or written
-    except RunLockedError as e:
-        return user_error(str(e))
-    except OSError as e:
-        return user_error(f"the run could not start: could not write {lock.path}: "
-                          f"{e.strerror or e}. Nothing was trained; {_fix_for(e, root_dir)}, "
-                          "then run the same command again.")
+        run = prepare_run(root_dir, gin_files, gin_params, gin_search_path,
+                          allow_config_change=allow_config_change)
+    except (ValueError, TypeError) as e:  # RunDirError, ConfigError, the settings' checks
+        return user_error(str(e).strip())
     try:
-        return _train_locked(root_dir, lock, taken_over, gin_files, gin_params,
-                             gin_search_path, allow_config_change)
+        return _train_prepared(run)
     finally:
-        lock.release()
+        run.release()
 
 
-def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHolder"],
-                  gin_files: Sequence[str], gin_params: Sequence[str],
-                  gin_search_path: Sequence[str], allow_config_change: bool) -> int:
-    """``train`` once this process holds the run directory's lock."""
+def _train_prepared(run) -> int:
+    """Train a prepared run (``training.launch.PreparedRun``, its directory
+    locked); returns the exit status."""
     import gin
+
+    from alf_async.training.launch import (RUN_CONFIG, announce_run, log_finished,
+                                           save_run_config, write_operative_config)
 
     from alf_async.algorithms.guarded_step import NonFiniteError
     from alf_async.checkpoint import CheckpointError
-    from alf_async.config import ConfigError, parse_config
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
-    from alf_async.config_changes import (CHANGES_FILE, binding_values, config_changes,
-                                          record_changes)
-    from alf_async.training.trainer import Trainer
 
-    saved = os.path.join(root_dir, RUN_CONFIG)
-    run_bindings: dict = {}
-    if not gin_files:
-        if not os.path.isfile(saved):
-            return user_error(
-                f"--gin_file is required: {root_dir} holds no {RUN_CONFIG} of an earlier "
-                "run to resume")
-        gin_files = [saved]
-    checkpoint = _newest_checkpoint_file(root_dir)
-    try:
-        if checkpoint and os.path.isfile(saved):
-            parse_config([saved], extra_search_path=list(gin_search_path))
-            run_bindings = binding_values()
-        parse_config(list(gin_files), list(gin_params),
-                     extra_search_path=list(gin_search_path))
-    except ConfigError as e:
-        return user_error(str(e))
-    changes = (config_changes(run_bindings, binding_values())
-               if checkpoint and os.path.isfile(saved) else [])
-    refused = [c for c in changes if not c.allowed]
-    if refused and not allow_config_change:
-        return user_error(
-            f"resuming {root_dir} with settings that change what the run learns: "
-            f"{'; '.join(c.describe() for c in refused)}. The run's checkpoint was trained "
-            "with the values on the left (its config.gin). Train these settings in a new "
-            "--root_dir, resume with the run's own config (--root_dir alone), or pass "
-            "--allow_config_change to resume with them anyway (the change is logged and "
-            f"kept in {os.path.join(root_dir, CHANGES_FILE)}).")
-    try:
-        trainer = Trainer(root_dir=root_dir, run_lock=lock)
-    except (ConfigError, ValueError, TypeError) as e:
-        return user_error(str(e).strip())
+    trainer, root_dir = run.trainer, run.root_dir
     setup_logging(root_dir)
     logger = logging.getLogger("alf_async")
-    if taken_over is not None:
-        logger.warning("took over the lock of %s left by %s, which no longer holds it "
-                       "(it ended without releasing it: killed, or its machine was lost)",
-                       root_dir, taken_over.describe())
-    if changes:
-        for change in changes:
-            logger.log(logging.INFO if change.allowed else logging.WARNING,
-                       "resumed with a changed setting%s: %s",
-                       "" if change.allowed else " (--allow_config_change)", change.describe())
-        try:
-            record_changes(root_dir, changes, bool(refused), checkpoint)
-        except OSError as e:
-            logger.warning("could not record the changed settings in %s: %s",
-                           e.filename or CHANGES_FILE, e.strerror or e)
-    config_text = gin.config_str()
-    if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
-        try:
-            write_text(saved, config_text)
-        except OSError as e:
-            return user_error(f"the run could not start: could not write "
-                              f"{e.filename or saved}: {e.strerror or e}. Nothing was "
-                              f"trained; {_fix_for(e, root_dir)}, then run the same "
-                              "command again.")
+    announce_run(run, logger)
+    try:
+        save_run_config(run)
+    except OSError as e:
+        where = e.filename or os.path.join(root_dir, RUN_CONFIG)
+        return user_error(f"the run could not start: could not write {where}: "
+                          f"{e.strerror or e}. Nothing was trained; "
+                          f"{_fix_for(e, root_dir)}, then run the same command again.")
     try:
         counters = trainer.train()
     except (KeyboardInterrupt, TerminationRequested) as e:
@@ -198,37 +129,9 @@ def _train_locked(root_dir: str, lock: "RunLock", taken_over: Optional["LockHold
         logger.exception("run failed at iteration %d: %s", trainer.counters["iteration"], e)
         return ExitCode.FAILED
     finally:
-        _write_operative_config(root_dir, gin.operative_config_str(), logger)
-    logger.info("done: %d iterations, %d env steps, %d episodes in %.0f s",
-                counters["iteration"], counters["env_steps"], counters["episodes"],
-                counters["wall_time"])
+        write_operative_config(root_dir, gin.operative_config_str(), logger)
+    log_finished(counters, logger)
     return ExitCode.OK
-
-
-def _newest_checkpoint_file(root_dir: str) -> Optional[str]:
-    """The newest checkpoint file's path in ``root_dir`` (None: a new run)."""
-    from alf_async.checkpoint import Checkpointer
-
-    if not os.path.isdir(os.path.join(root_dir, "checkpoints")):
-        return None
-    found = Checkpointer(root_dir).list()
-    return found[-1][1] if found else None
-
-
-def _root_dir_problem(root_dir: str) -> Optional[str]:
-    """Why ``root_dir`` cannot hold a run (None when it can)."""
-    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
-        return f"--root_dir={root_dir} is a file, not a folder; give a folder for the run"
-    existing = root_dir
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return (f"--root_dir={root_dir} cannot be created: {existing} is a file, not a "
-                "folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"--root_dir={root_dir} cannot be written: {existing} is not writable; "
-                "choose a folder you can write to")
-    return None
 
 
 def default_root_dir(gin_files: Sequence[str]) -> str:
@@ -274,17 +177,6 @@ def _fix_for(error: OSError, root_dir: str) -> str:
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"make {where} writable"
     return f"fix the cause above (free space, or make {where} writable)"
-
-
-def _write_operative_config(root_dir: str, text: str, logger: logging.Logger) -> None:
-    """Write ``operative_config.gin`` (the bindings the run used); a failed write
-    is logged as one WARNING line, never raised over the run's own outcome."""
-    path = os.path.join(root_dir, "operative_config.gin")
-    try:
-        write_text(path, text)
-    except OSError as e:
-        logger.warning("could not write %s: %s (it only records the bindings the "
-                       "run used)", e.filename or path, e.strerror or e)
 
 
 def main(argv: List[str]) -> None:

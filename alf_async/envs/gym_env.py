@@ -17,8 +17,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from alf_async.envs import atari
-from alf_async.envs.spaces import (DISCRETE, ActionSpec, ObservationSpec, action_spec,
-                                   needs_flattening, observation_spec)
+from alf_async.envs.spaces import (DISCRETE, ActionSpec, EnvActions, ObservationSpec,
+                                   action_spec, needs_flattening, observation_spec)
 
 # Modules imported before an id lookup so that their env ids are registered.
 _REGISTERING_MODULES = ("pybullet_envs_gymnasium", "alf_async.envs.fault_injection",
@@ -157,9 +157,7 @@ class EnvAdapter:
         space = env.action_space
         self.action_spec = action_spec(space, name)
         self.action_dim = self.action_spec.dim
-        if not self.action_spec.discrete:
-            self._low = space.low.astype(np.float64)
-            self._high = space.high.astype(np.float64)
+        self.env_actions = EnvActions(space, self.action_spec)
         self.observation_spec = observation_spec(env.observation_space)
         self._obs_dtype = np.dtype(self.observation_spec.dtype)
         self.observation_dim = self.observation_spec.dim
@@ -175,16 +173,10 @@ class EnvAdapter:
         return self._observation(obs)
 
     def env_action(self, action: np.ndarray) -> Any:
-        """A stored action row [dim] as the env's action."""
-        spec = self.action_spec
-        if spec.discrete:
-            index = np.clip(np.rint(np.asarray(action, np.float64)).astype(np.int64), 0,
-                            np.asarray(spec.nvec) - 1) + np.asarray(spec.start)
-            return int(index[0]) if spec.kind == DISCRETE else index
-        unit = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
-        scaled = self._low + (unit + 1.0) * 0.5 * (self._high - self._low)
-        space = self.env.action_space
-        return scaled.reshape(space.shape).astype(space.dtype)
+        """A stored action row [dim] as the env's action (``EnvActions``; a
+        Discrete space's index as an int)."""
+        env_action = self.env_actions(action)
+        return int(env_action) if self.action_spec.kind == DISCRETE else env_action
 
     def step(self, action: np.ndarray) -> Tuple[np.ndarray, float, bool, bool, Dict]:
         obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))

@@ -4,8 +4,9 @@
 Actions are always stored as float32 rows of width ``dim`` (shared memory,
 trajectories): a continuous action as its A values in [-1, 1]; a discrete action
 as the index of the choice (0 .. n-1, exact in float32), one per dimension of a
-MultiDiscrete space. The env wrapper (``gym_env``) turns a stored row into what
-the env expects.
+MultiDiscrete space. ``EnvActions`` turns stored rows into what the env expects
+(the env wrapper ``gym_env.EnvAdapter`` and the Python API's ``Policy.predict``
+use it).
 
 ``ObservationSpec`` describes an observation as it travels from the env to the
 networks: its shape and dtype. An image (a ``Box`` of rank 3, (H, W, C) or
@@ -135,6 +136,44 @@ def action_spec(space: Any, env_name: str = "the env") -> ActionSpec:
     raise UnsupportedSpaceError(
         f"{env_name} has the action space {space}, which alf_async cannot train on; "
         f"supported: {_SUPPORTED}")
+
+
+class EnvActions:
+    """Stored action rows as the env takes them (what ``env.step`` gets).
+
+    A continuous row (A values) is clipped to [-1, 1] and mapped affinely to
+    the env's box, low + (u + 1) / 2 (high - low) in float64, then given the
+    box's shape and dtype. A discrete row (choice indices) is rounded, clipped
+    to [0, n - 1] and shifted by the space's ``start``, as int64: one index
+    for a Discrete space, D of them for a MultiDiscrete one.
+
+    Args:
+        space: the env's gymnasium action space.
+        spec: its ``ActionSpec`` (``action_spec(space)``).
+    """
+
+    def __init__(self, space: Any, spec: ActionSpec):
+        self.spec = spec
+        self.shape = tuple(int(n) for n in space.shape)  # () for Discrete
+        self.dtype = np.dtype(space.dtype)
+        if spec.discrete:
+            self.last_choice = np.asarray(spec.nvec, np.int64) - 1  # [D]
+            self.start = np.asarray(spec.start, np.int64)  # [D]
+        else:  # the box's bounds, flat [A]
+            self.low = np.asarray(space.low, np.float64).reshape(-1)
+            self.high = np.asarray(space.high, np.float64).reshape(-1)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        """rows [..., dim] -> actions [..., *space.shape]: the box's dtype for
+        continuous actions, int64 choice indices for discrete ones."""
+        lead = np.shape(rows)[:-1]
+        if self.spec.discrete:
+            index = np.clip(np.rint(np.asarray(rows, np.float64)).astype(np.int64), 0,
+                            self.last_choice) + self.start
+            return index.reshape(lead + self.shape)
+        unit = np.clip(np.asarray(rows, dtype=np.float64), -1.0, 1.0)
+        scaled = self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
+        return scaled.reshape(lead + self.shape).astype(self.dtype)
 
 
 def needs_flattening(space: Any, env_name: str = "the env") -> bool:

@@ -144,6 +144,16 @@ class ActorNetwork(nn.Module):
         log_std = self.log_std.clamp(self.min_log_std, self.max_log_std)
         return NormalDistribution(out, log_std.exp().expand_as(out))
 
+    def mode(self, observation: torch.Tensor) -> torch.Tensor:
+        """The mode of the action distribution of (normalized) observations
+        [B, O] as stored rows [B, A] (the Normal's mean; each dimension's most
+        likely choice for discrete actions), computed without distribution
+        objects so that it traces for export (``playback.export``)."""
+        out = self.mean(self.body(observation))
+        if self.action_spec.discrete:
+            return CategoricalDistribution(out, self.action_spec.nvec).mode()
+        return out
+
     def action_std(self) -> Optional[float]:
         """Mean standard deviation of a continuous policy ("state_dependent":
         the mean std of the noise matrix's entries; None for discrete)."""
@@ -314,15 +324,34 @@ class ActorCritic(nn.Module):
         if self.rnn is None:
             dist, value = self.evaluate(observation)
             return dist, value, state
+        actor_out, value_out, next_state = self._core_step(observation, state)
+        return self.actor(actor_out), self.value(value_out), next_state
+
+    def _core_step(self, observation: torch.Tensor, state: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of the recurrent core(s): (normalized) observations [B, *O]
+        and the envs' state [B, S] -> (the actor's input [B, H], the value
+        network's input [B, H], next state [B, S])."""
         actor_in, value_in = self._inputs(observation)
         if self.shared_rnn:
             out, next_state = self.core(actor_in, state)
-            return self.actor(out), self.value(out), next_state
+            return out, out, next_state
         split = self._actor_state
         actor_out, actor_next = self.actor_core(actor_in, state[:, :split])
         value_out, value_next = self.value_core(value_in, state[:, split:])
-        return (self.actor(actor_out), self.value(value_out),
-                torch.cat([actor_next, value_next], dim=-1))
+        return actor_out, value_out, torch.cat([actor_next, value_next], dim=-1)
+
+    def mode(self, observation: torch.Tensor, state: Optional[torch.Tensor] = None
+             ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The deterministic action of (normalized) observations [B, *O]: (the
+        mode as stored rows [B, A], the next state [B, S] of a recurrent
+        network from the envs' ``state`` [B, S], else ``state``). The same
+        numbers as ``act(..., deterministic=True)``, without distribution
+        objects, so that it traces for export (``playback.export``)."""
+        if self.rnn is None:
+            return self.actor.mode(self._encoded(observation, "actor_encoder")), state
+        actor_out, _, next_state = self._core_step(observation, state)
+        return self.actor.mode(actor_out), next_state
 
     def sequence(self, observation: torch.Tensor, state: torch.Tensor,
                  episode_start: torch.Tensor, keep_every: int = 0

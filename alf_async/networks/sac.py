@@ -132,6 +132,12 @@ class SquashedGaussianActor(nn.Module):
         mean, std, _ = self.features(observation)
         return mean, std
 
+    def mode(self, observation: torch.Tensor) -> torch.Tensor:
+        """The deterministic action tanh(mean) [B, A] of observations [B, *O]
+        (what ``sample(..., deterministic=True)`` gives), without distribution
+        objects, so that it traces for export (``playback.export``)."""
+        return torch.tanh(self.features(observation)[0])
+
     def sample(self, observation: torch.Tensor, generator: Optional[torch.Generator] = None,
                deterministic: bool = False,
                exploration: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -1,8 +1,11 @@
 """Loading a trained policy from a run directory and playing episodes with it.
 
-``load_policy`` rebuilds the learner from the run's ``config.gin`` and a
-checkpoint and returns its deterministic (mean-action) policy (``NeuralPolicy``
-for PPO, ``SACPolicy`` for SAC);
+``load_run`` rebuilds the learner from the run's ``config.gin`` and a
+checkpoint and returns a ``LoadedRun``: the policy acting with the mode of its
+action distribution (``NeuralPolicy`` for PPO, ``SACPolicy`` for SAC), a twin
+that samples, and the env's spaces; ``load_policy`` is its deterministic
+policy alone (the ``play`` command's). The Python API (``alf_async.load``,
+``policy_api``) is built on ``load_run``.
 ``make_play_env`` makes the env as the run made it, rendering off-screen only
 to record; ``run_episodes`` plays the policy on it, optionally recording frames
 with a ``VideoWriter`` (playback.video). The ``play`` command
@@ -20,6 +23,11 @@ from alf_async.runtime.policy import act_with_state, start_states
 
 class PlayError(ValueError):
     """A problem with the user's input, explained for the user."""
+
+
+class PolicyLoadError(PlayError):
+    """A run directory or checkpoint that cannot be loaded as a policy; the
+    message names it and says why."""
 
 
 @dataclass(frozen=True)
@@ -51,17 +59,17 @@ def find_checkpoint(root_dir: str, checkpoint: Optional[str]) -> Tuple[Dict[str,
             if not os.path.isfile(path) and os.path.isfile(os.path.join(directory, path)):
                 path = os.path.join(directory, path)
             if not os.path.isfile(path):
-                raise PlayError(f"checkpoint {checkpoint} does not exist")
+                raise PolicyLoadError(f"checkpoint {checkpoint} does not exist")
             return load_checkpoint_file(path), path
         if not os.path.isdir(directory) or not Checkpointer(root_dir).list():
-            raise PlayError(f"{root_dir} holds no checkpoint (looked in {directory}); "
-                            "train first, or give --checkpoint")
+            raise PolicyLoadError(f"{root_dir} holds no checkpoint (looked in "
+                                  f"{directory}); train first, or name a checkpoint file")
         found = Checkpointer(root_dir).load_latest()
         if found is None:
-            raise PlayError(f"no loadable checkpoint in {directory}")
+            raise PolicyLoadError(f"no loadable checkpoint in {directory}")
         return found
     except CheckpointError as e:
-        raise PlayError(str(e)) from None
+        raise PolicyLoadError(str(e)) from None
 
 
 def trainer_setting(name: str) -> Any:
@@ -76,51 +84,114 @@ def trainer_setting(name: str) -> Any:
         return TrainerSettings.__dataclass_fields__[name].default
 
 
-def load_policy(root_dir: str, checkpoint: Optional[str]):
-    """(policy, RunEnv, checkpoint path) of a run.
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run's trained policy, loaded from one of its checkpoints.
 
-    The run's ``config.gin`` is parsed into gin's global config (with the
-    learner's device bound to "cpu"), replacing whatever was parsed before and
-    left bound afterwards: a program that loads a policy and then trains parses
-    its own config again (``config.parse_config`` clears gin first).
+    Attributes:
+        policy: acts with the mode of the action distribution (PPO's mean or
+            most likely choice, SAC's tanh(mean)): ``NeuralPolicy`` or
+            ``SACPolicy`` with ``deterministic=True``.
+        sampler: the same weights, sampling actions (``deterministic=False``).
+        run_env: how the run made its envs.
+        checkpoint: the checkpoint file's path.
+        algorithm: "ppo" or "sac" (``Trainer.algorithm``).
+        observation_spec, action_spec: the env's, as the networks take them
+            (``envs.spaces``).
+        observation_space, action_space: the gymnasium spaces of the env that
+            ``make_play_env`` makes (its wrappers included), as a user's loop
+            sees them.
+        eval_seed: the reset seed of the first episode of each of the run's
+            evaluations (episode i: + i; ``settings.eval_seed``).
     """
-    import gin
 
+    policy: Any
+    sampler: Any
+    run_env: RunEnv
+    checkpoint: str
+    algorithm: str
+    observation_spec: Any
+    action_spec: Any
+    observation_space: Any
+    action_space: Any
+    eval_seed: int
+
+
+def load_run(root_dir: str, checkpoint: Optional[str] = None, seed: int = 0) -> LoadedRun:
+    """Load a run's policy from ``checkpoint`` (a path or a file name in
+    ``<root_dir>/checkpoints``; None: the newest loadable one) on the CPU.
+
+    The run's ``config.gin`` is parsed into gin's global config to build the
+    networks, and the bindings from before the call are put back when it
+    returns (``utils.gin_scope.restored_gin_config``). One env is made and
+    closed to read its spaces. ``seed`` seeds the sampler's random streams.
+    Raises ``PolicyLoadError`` naming what cannot be loaded.
+    """
     from alf_async.algorithms.policy import NeuralPolicy
-    from alf_async.algorithms.ppo_learner import PPOLearner
     from alf_async.algorithms.sac_learner import SACLearner
     from alf_async.algorithms.sac_policy import SACPolicy
-    from alf_async.config import ConfigError, parse_config
-    from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, env_spec
-    from alf_async.envs.spaces import UnsupportedSpaceError
+    from alf_async.settings import eval_seed
+    from alf_async.utils.gin_scope import restored_gin_config
 
     if not os.path.isdir(root_dir):
-        raise PlayError(f"run directory {root_dir} does not exist")
+        raise PolicyLoadError(f"run directory {root_dir} does not exist")
     config = os.path.join(root_dir, "config.gin")
     if not os.path.isfile(config):
-        raise PlayError(f"{root_dir} holds no config.gin: is it a run directory?")
+        raise PolicyLoadError(f"{root_dir} holds no config.gin: is it a run directory?")
     state, path = find_checkpoint(root_dir, checkpoint)
+    with restored_gin_config():
+        learner, run_env, spaces = _build_learner(config)
+        first_eval_seed = eval_seed(trainer_setting("seed"))
+        try:
+            learner.load_state_dict(state["learner"])
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise PolicyLoadError(f"checkpoint {path} does not fit the run's config "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        sac = isinstance(learner, SACLearner)
+        policy_class = SACPolicy if sac else NeuralPolicy
+        weights = learner.weight_arrays()
+        policies = []
+        for deterministic in (True, False):
+            policy = policy_class(spaces.observation_spec, spaces.action_spec, seed=seed,
+                                  deterministic=deterministic)
+            policy.load_weights(weights)
+            policies.append(policy)
+    return LoadedRun(policies[0], policies[1], run_env, path, "sac" if sac else "ppo",
+                     spaces.observation_spec, spaces.action_spec,
+                     spaces.env.observation_space, spaces.env.action_space, first_eval_seed)
+
+
+def _build_learner(config: str) -> Tuple[Any, RunEnv, Any]:
+    """(the learner, on the CPU, with initial weights; ``RunEnv``; the closed
+    ``EnvAdapter`` of one env made as the run made it) of a run's config,
+    parsed into gin's global config here."""
+    import gin
+
+    from alf_async.algorithms.ppo_learner import PPOLearner
+    from alf_async.algorithms.sac_learner import SACLearner
+    from alf_async.config import ConfigError, parse_config
+    from alf_async.envs.gym_env import EnvOptionError, UnknownEnvError, make_env
+    from alf_async.envs.spaces import UnsupportedSpaceError
+
     try:
         parse_config([config])
         sac = trainer_setting("algorithm") == "sac"
         gin.bind_parameter("SACLearner.device" if sac else "PPOLearner.device", "cpu")
-        env_name = trainer_setting("env_name")
-        observation, action_spec, _ = env_spec(env_name, trainer_setting("max_episode_steps"),
-                                               trainer_setting("time_feature"))
-        learner = (SACLearner if sac else PPOLearner)(observation, action_spec)
+        run_env = RunEnv(trainer_setting("env_name"), trainer_setting("max_episode_steps"),
+                         trainer_setting("time_feature"))
+        env = make_env(run_env.env_name, max_episode_steps=run_env.max_episode_steps,
+                       time_feature=run_env.time_feature)
+        env.close()
+        learner = (SACLearner if sac else PPOLearner)(env.observation_spec, env.action_spec)
     except (ConfigError, UnknownEnvError, EnvOptionError, UnsupportedSpaceError) as e:
-        raise PlayError(str(e)) from None
-    try:
-        learner.load_state_dict(state["learner"])
-    except (KeyError, RuntimeError, ValueError) as e:
-        raise PlayError(f"checkpoint {path} does not fit the run's config "
-                        f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    policy = (SACPolicy if sac else NeuralPolicy)(observation, action_spec,
-                                                  deterministic=True)
-    policy.load_weights(learner.weight_arrays())
-    run_env = RunEnv(env_name, trainer_setting("max_episode_steps"),
-                     trainer_setting("time_feature"))
-    return policy, run_env, path
+        raise PolicyLoadError(str(e)) from None
+    return learner, run_env, env
+
+
+def load_policy(root_dir: str, checkpoint: Optional[str]) -> Tuple[Any, RunEnv, str]:
+    """(deterministic policy, RunEnv, checkpoint path) of a run (``load_run``)."""
+    run = load_run(root_dir, checkpoint)
+    return run.policy, run.run_env, run.checkpoint
 
 
 def make_play_env(run_env: RunEnv, max_steps: Optional[int] = None,

@@ -28,24 +28,17 @@ import numpy as np
 
 from alf_async.envs.spaces import ObservationSpec
 from alf_async.metrics import MetricsRecorder
-from alf_async.settings import TrainerSettings
+from alf_async.settings import TrainerSettings, eval_seed
 from alf_async.training.evaluator_process import (EvalFailed, EvalRequest, EvalResult,
                                                   EvaluatorLaunch, StopEvaluator,
                                                   evaluator_process_main, summarize)
 from alf_async.utils.process import (describe_exit, start_child, stop_processes,
                                      torch_child_context)
-from alf_async.utils.seeding import derive_seed
 
 logger = logging.getLogger("alf_async")
 
 # Seconds the end of a run waits for its last evaluations.
 FINAL_EVAL_TIMEOUT_S = 600.0
-
-
-def eval_seed(settings: TrainerSettings) -> int:
-    """Reset seed of the first evaluation episode (episode i: + i); apart from
-    the seeds of the training envs (``TrainerSettings.env_seed``)."""
-    return derive_seed(settings.seed, 3)
 
 
 class Evaluation:
@@ -65,7 +58,7 @@ class Evaluation:
         self._weights = weights
         self._launch = EvaluatorLaunch(
             settings.algorithm, settings.env_name, settings.max_episode_steps,
-            settings.time_feature, settings.eval_episodes, eval_seed(settings),
+            settings.time_feature, settings.eval_episodes, eval_seed(settings.seed),
             observation, action_spec, gin_config, os.getpid())
         self._process = None
         self._conn = None
