@@ -8,7 +8,10 @@
 the project's gin_configs/, the ``--gin_search_path`` folders, then
 $ALF_ASYNC_CONFIG_PATH; an ``include`` resolves first against the including
 file's folder (see alf_async.config). ``--gin_param`` adds bindings (repeatable). Running again with the same ``--root_dir`` resumes from its
-newest checkpoint; without ``--gin_file`` it reuses the run's saved config.
+newest checkpoint; without ``--gin_file`` it reuses the run's saved config. A
+learner device that config names and this machine lacks (a run trained on a GPU,
+resumed on a CPU machine) becomes "cpu", with one log line saying so, unless a
+``--gin_param`` binds the device (which is then checked like any other).
 
 Exit status: 0 done; 2 bad input (configuration, files, a run that cannot start);
 1 the run failed (the message names the newest checkpoint to resume from);
@@ -61,6 +64,7 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
     from alf_async.runtime.actor_pool import ActorPoolError, ActorStartupError
     from alf_async.signals import TerminationRequested
     from alf_async.training.trainer import Trainer
+    from alf_async.utils.devices import fall_back_to_cpu
 
     # TensorBoard's writer (a quarter of a second of imports) is imported now,
     # while the forkserver still imports what the actors need: later it would
@@ -83,13 +87,17 @@ def train(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequence[str
                      extra_search_path=list(gin_search_path))
     except ConfigError as e:
         return user_error(str(e))
+    config_text = gin.config_str()  # before a fallback: config.gin keeps the run's device
+    fallbacks = (fall_back_to_cpu(gin_params)
+                 if [os.path.abspath(f) for f in gin_files] == [saved] else [])
     try:
         trainer = Trainer(root_dir=root_dir)
     except (ConfigError, ValueError, TypeError) as e:
         return user_error(str(e).strip())
     setup_logging(root_dir)
     logger = logging.getLogger("alf_async")
-    config_text = gin.config_str()
+    for line in fallbacks:
+        logger.warning("%s", line)
     if os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1 or gin_params:
         try:
             write_text(saved, config_text)
