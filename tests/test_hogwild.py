@@ -236,6 +236,49 @@ def test_hogwild_ppo_run_checkpoint_and_resume(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_hogwild_workers_follow_the_learning_rate_schedule(tmp_path):
+    """A linear schedule (and an annealed clip range) falls in a Hogwild run
+    as in an actor/learner run: each batch trains at the progress of the
+    batches granted before it (done or in flight), so the 4 batches of a
+    4-iteration run train at 1, 3/4, 1/2 and 1/4 of the learning rate."""
+    import gin
+
+    from alf_async.config import parse_config
+    from alf_async.training.trainer import Trainer
+    from reliability_helpers import read_metrics
+
+    root = str(tmp_path / "run")
+    parse_config([HOGWILD_PPO_GIN], small_params(
+        "PPOLearner.learning_rate=1e-3", "PPOLearner.learning_rate_schedule='linear'",
+        "PPOLearner.anneal_clip_ratio=True", "PPOLearner.clip_ratio=0.2",
+        "Trainer.checkpoint_interval=1000", iterations=4))
+    try:
+        Trainer(root).train()
+    finally:
+        gin.clear_config()
+    rows = read_metrics(root)
+    assert sorted(row["learning_rate"] for row in rows) == pytest.approx(
+        [0.25e-3, 0.5e-3, 0.75e-3, 1e-3])
+    assert sorted(row["clip_ratio"] for row in rows) == pytest.approx([0.05, 0.1, 0.15, 0.2])
+
+
+def test_hogwild_worker_state_loads_onto_the_cpu(monkeypatch):
+    """A worker's state is read with map_location="cpu" (as checkpoints are)."""
+    from alf_async.hogwild import worker
+
+    seen = {}
+    original = torch.load
+
+    def load(*args, **kwargs):
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load)
+    state = worker.from_bytes(worker.to_bytes({"step": torch.ones(2)}))
+    assert seen.get("map_location") == "cpu" and state["step"].device.type == "cpu"
+
+
+@pytest.mark.timeout(300)
 def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
     root = str(tmp_path / "run")
     params = small_params("Trainer.checkpoint_interval=5", iterations=14)

@@ -18,7 +18,7 @@ actors receive.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import gin
 import numpy as np
@@ -30,11 +30,21 @@ from alf_async.algorithms.normalizer import PublishedStatistics, RunningNormaliz
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.step_size import StepSizeControl
-from alf_async.algorithms.value_ops import advantages_and_returns, explained_variance
+from alf_async.algorithms.value_ops import advantages_and_returns
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
+from alf_async.utils.devices import resolve_device, to_device, to_host
 from alf_async.utils.validation import ConfigError, check
+
+
+def explained_variance_of(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``value_ops.explained_variance`` as a 0-d tensor on the inputs' device
+    (read with the iteration's other statistics): 1 - Var(target - predicted)
+    / Var(target), nan when Var(target) is 0; predicted, target [N]."""
+    var_target = torch.var(target, unbiased=False)
+    ev = 1.0 - torch.var(target - predicted, unbiased=False) / var_target
+    return torch.where(var_target == 0, torch.full_like(ev, float("nan")), ev)
 
 
 @gin.configurable
@@ -78,8 +88,11 @@ class PPOLearner:
             the scaling (None: not clipped); Atari's usual 1.0 gives every point
             the same weight in training, while episode returns (metrics,
             evaluation) stay the game's score.
-        device: torch device of the learner ("cpu", "cuda", "auto" = cuda if available).
-            Actors always act on the CPU.
+        device: the learner's torch device: "cpu", "cuda", "cuda:N" or "auto"
+            (CUDA where this machine has it); checked before the run starts
+            (``utils.devices``). Actors always act on the CPU. A run resumed
+            on a machine without the device its saved config names trains on
+            the CPU and logs so.
         max_skipped_updates: a gradient step whose loss or gradient is NaN or
             infinite is skipped (never applied) and counted (``skipped_updates``
             in the metrics); more than this many in a row stop the run with
@@ -191,9 +204,7 @@ class PPOLearner:
         self.observation_stats = observation_stats
         self._published_stats = PublishedStatistics()  # for "behaviour" stats
         self._step = GuardedStep(max_skipped_updates)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = resolve_device("PPOLearner", device)
         torch.manual_seed(seed)
         self.model = ActorCritic(spec, action_spec).to(self.device)
         self.normalizer = RunningNormalizer(spec.dim)
@@ -250,7 +261,7 @@ class PPOLearner:
         parameters and, when observations are normalized, the normalizer's
         statistics. Without normalization no statistics are shipped, so actors
         feed raw observations to the networks exactly as the learner does."""
-        groups = {"param": self.model.state_dict()}
+        groups = {"param": to_host(self.model.state_dict())}
         if self.normalize_observations:
             groups["normalizer"] = self.normalizer.state_arrays()
             if self.observation_stats == "behaviour":
@@ -293,8 +304,12 @@ class PPOLearner:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         dev = self.device
-        t = {k: torch.as_tensor(np.asarray(v)).to(dev) for k, v in batch.items()}
+        t = {k: to_device(v, dev) for k, v in batch.items()}
         T, K = t["reward"].shape
+        # Episode starts stay on the host too: a recurrent re-run reads where
+        # the episodes are cut from them, not from the device.
+        host_starts = (torch.as_tensor(np.asarray(batch["episode_start"]))
+                       if self.state_size else None)
         obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
                                      behaviour_version)  # [T, K, *O]
         layout = self.columns(T, K)
@@ -302,7 +317,7 @@ class PPOLearner:
         with torch.no_grad():
             if self.state_size:  # one pass over the batch from the actors' states
                 dist, all_values, states = self.model.sequence(
-                    obs, t["initial_state"], t["episode_start"], keep_every=layout.L)
+                    obs, t["initial_state"], host_starts, keep_every=layout.L)
                 start_states = layout.start_states(states)
                 if self.recompute_values:
                     values = all_values.reshape(T, K)
@@ -332,21 +347,30 @@ class PPOLearner:
         if proximal_log_prob is not None:
             samples["proximal"] = col(proximal_log_prob)
         obs_columns = col(obs)
-        starts = col(t["episode_start"]) if self.state_size else None
-        totals: Dict[str, float] = {}
+        starts = col(host_starts) if self.state_size else None  # [L, M] on the host
+        # Statistics are summed on the device and read once, at the end.
+        keys: List[str] = []
+        totals: Optional[torch.Tensor] = None  # [len(keys) + 1] float64: sums, grad_norm's last
         steps = skipped = 0
         per_minibatch = layout.columns_per_minibatch(self.mini_batch_size)
         num_columns = layout.num_columns
         kl_stopped = False
+
+        def where() -> str:  # the step, for a NonFiniteError
+            return (f"training iteration {self.iteration}, epoch pass "
+                    f"{(steps - 1) // (num_columns // per_minibatch)}")
+
         for _ in range(self.num_epochs):
             if kl_stopped:
                 break
-            order = torch.randperm(num_columns, generator=self.generator).to(dev)
+            host_order = torch.randperm(num_columns, generator=self.generator)
+            order = to_device(host_order, dev)
             for first in range(0, num_columns - per_minibatch + 1, per_minibatch):
                 idx = order[first:first + per_minibatch]
                 if self.state_size:
                     dist, value, _ = self.model.sequence(
-                        obs_columns[:, idx], start_states[idx], starts[:, idx])
+                        obs_columns[:, idx], start_states[idx],
+                        starts[:, host_order[first:first + per_minibatch]])
                 else:
                     dist, value = self.model.evaluate(obs_columns[0, idx])
                 mb = {k: layout.pick(v, idx) for k, v in samples.items()}
@@ -355,27 +379,39 @@ class PPOLearner:
                                dist.entropy(), clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar)
-                if self.step_size.over_budget(out.stats["approx_kl"]):
+                grad_norm = self._step.backward(self.model, self.optimizer, out.loss,
+                                                self.max_grad_norm)
+                finite = self._step.finite(out.loss, grad_norm)
+                checks = [finite]
+                if self.step_size.target_kl is not None:
+                    checks.append(out.stats["approx_kl"].to(finite.dtype))
+                read = torch.stack(checks).tolist()  # the step's one read from the device
+                if len(read) > 1 and self.step_size.over_budget(read[1]):
+                    self.optimizer.zero_grad(set_to_none=True)
                     kl_stopped = True  # this minibatch's step is not taken
                     break
-                grad_norm = self._step(self.model, self.optimizer, out.loss,
-                                       self.max_grad_norm, lambda: (
-                                           f"training iteration {self.iteration}, epoch "
-                                           f"pass {steps // (num_columns // per_minibatch)}"))
                 steps += 1
-                if grad_norm is None:
+                if not self._step.apply(self.optimizer, read[0] > 0, out.loss, grad_norm,
+                                        where):
                     skipped += 1
                     continue
-                for key, value in out.stats.items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
-                totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
-        stats = {k: v / max(steps - skipped, 1) for k, v in totals.items()}
-        stats["skipped_updates"] = float(skipped)
-        stats["explained_variance"] = explained_variance(values.reshape(-1),
-                                                         returns.reshape(-1))
-        action_std = self.model.actor.action_std()
+                keys = keys or list(out.stats)
+                step_stats = torch.stack([out.stats[k] for k in keys]
+                                         + [grad_norm.detach()]).double()
+                totals = step_stats if totals is None else totals + step_stats
+        # The iteration's one read: the sums, explained variance, action std.
+        extras = [explained_variance_of(values.reshape(-1), returns.reshape(-1))]
+        action_std = self.model.actor.action_std_tensor()
         if action_std is not None:
-            stats["action_std"] = action_std
+            extras.append(action_std.detach())
+        read = torch.stack(extras).double()
+        read = (read if totals is None else torch.cat([totals, read])).tolist()
+        stats = {k: v / max(steps - skipped, 1)
+                 for k, v in zip(keys + ["grad_norm"], read[:len(read) - len(extras)])}
+        stats["skipped_updates"] = float(skipped)
+        stats["explained_variance"] = read[len(read) - len(extras)]
+        if action_std is not None:
+            stats["action_std"] = read[-1]
         stats["gradient_steps"] = float(steps - skipped)
         stats["learning_rate"] = learning_rate
         stats["clip_ratio"] = clip_ratio

@@ -26,6 +26,7 @@ first gradient step (as SB3 does before ``learning_starts``).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Dict, Mapping, Optional, Union
 
 import gin
@@ -40,7 +41,12 @@ from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork
 from alf_async.runtime.weight_store import pack_weights
+from alf_async.utils.devices import resolve_device, sampling_generator, to_device, to_host
 from alf_async.utils.validation import ConfigError, check
+
+
+#: The statistics of a gradient step (``SACLearner.train_step``), in order.
+SAC_STATS = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "policy_entropy")
 
 
 @gin.configurable
@@ -60,7 +66,12 @@ class SACLearner:
         target_entropy: None means -A.
         learn_alpha: tune alpha automatically (False keeps ``initial_alpha``).
         reward_scale: rewards are multiplied by this before training.
-        device: "cpu", "cuda" or "auto".
+        device: the learner's torch device: "cpu", "cuda", "cuda:N" or "auto"
+            (CUDA where this machine has it); checked before the run starts
+            (``utils.devices``). On a GPU the policy's noise is drawn there, from
+            a generator of that device seeded like the CPU one. A run resumed on
+            a machine without the device its saved config names trains on the
+            CPU and logs so.
         seed: seeds the networks' initialization and the learner's sampling.
     """
 
@@ -81,12 +92,9 @@ class SACLearner:
                 ("initial_alpha", initial_alpha, "number", dict(low=0, low_open=True)),
                 ("learn_alpha", learn_alpha, "bool", {}),
                 ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
-                ("target_entropy", target_entropy, "number", dict(optional=True)),
-                ("device", device, "choice", dict(choices=("cpu", "cuda", "auto")))):
+                ("target_entropy", target_entropy, "number", dict(optional=True))):
             check("SACLearner", name, value, kind, **bounds)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = resolve_device("SACLearner", device)
         self.action_dim = spec.dim
         self.batch_size = int(batch_size)
         self.gamma, self.tau, self.reward_scale = float(gamma), float(tau), float(reward_scale)
@@ -104,13 +112,22 @@ class SACLearner:
             "critic": Adam(self.critic.parameters(), lr=learning_rate),
             "alpha": Adam([self.log_alpha], lr=learning_rate)}
         # On the CPU whatever the device: a checkpoint's RNG state then loads
-        # on any machine (the play command runs on the CPU).
+        # on any machine (the play command runs on the CPU). The policy's
+        # noise is drawn on the learner's device (``_noise_generator``; the
+        # same generator on the CPU), so that a GPU step never waits for a
+        # draw and copy on the host.
         self.generator = torch.Generator().manual_seed(seed + 1)
+        self._noise_generator = (self.generator if self.device.type == "cpu"
+                                 else sampling_generator(self.device, seed + 1))
         self.gradient_steps = 0
 
     @property
     def alpha(self) -> float:
-        return float(self.log_alpha.detach().exp())
+        return float(self._alpha())
+
+    def _alpha(self) -> torch.Tensor:
+        """alpha as a 0-d tensor on the device (not read back)."""
+        return self.log_alpha.detach().exp()
 
     def hogwild_tensors(self) -> Dict[str, torch.Tensor]:
         """The tensors Hogwild workers share, by name: the actor, the critics,
@@ -138,27 +155,30 @@ class SACLearner:
     def weight_arrays(self) -> Dict[str, np.ndarray]:
         """What actors need (``SACPolicy.load_weights``): the policy network and
         whether to act uniformly at random (before the first gradient step)."""
-        return pack_weights({"param": self.actor.state_dict(),
+        return pack_weights({"param": to_host(self.actor.state_dict()),
                              "explore": {"uniform": np.array(
                                  [1.0 if self.gradient_steps == 0 else 0.0], np.float32)}})
 
     def _tensors(self, batch: Mapping[str, np.ndarray]) -> Dict[str, torch.Tensor]:
-        """The fields a gradient step reads (not, e.g., the buffer's inserted_at)."""
-        return {k: torch.as_tensor(np.asarray(batch[k]), device=self.device)
+        """The fields a gradient step reads (not, e.g., the buffer's inserted_at),
+        on the device (``utils.devices.to_device``: pinned, non-blocking copies)."""
+        return {k: to_device(batch[k], self.device)
                 for k in ("observation", "action", "reward", "next_observation", "terminated")}
 
     def train_step(self, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:
         """One gradient step on transitions ([B, ...] arrays of the replay fields).
 
         Returns losses and diagnostics: critic_loss, actor_loss, alpha,
-        alpha_loss, q_mean, policy_entropy (mean -log pi of the actor's samples).
+        alpha_loss, q_mean, policy_entropy (mean -log pi of the actor's samples),
+        read back from the device at once: the step's one wait for it, which
+        also checks that they are finite (``NonFiniteError`` otherwise).
         """
         b = self._tensors(batch)
         obs, next_obs = b["observation"], b["next_observation"]
         opt = self.optimizers
-        alpha = self.alpha
+        alpha = self._alpha()
         with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(next_obs, self.generator)
+            next_action, next_log_prob = self.actor.sample(next_obs, self._noise_generator)
             next_q1, next_q2 = self.critic_target(next_obs, next_action)
             target = critic_target(b["reward"] * self.reward_scale, b["terminated"],
                                    next_q1, next_q2, next_log_prob, alpha, self.gamma)
@@ -168,7 +188,7 @@ class SACLearner:
         loss_q.backward()
         opt["critic"].step()
 
-        action, log_prob = self.actor.sample(obs, self.generator)
+        action, log_prob = self.actor.sample(obs, self._noise_generator)
         self.critic.requires_grad_(False)
         try:
             pi_q1, pi_q2 = self.critic(obs, action)
@@ -186,11 +206,10 @@ class SACLearner:
             opt["alpha"].step()
         polyak_update(self.critic_target.parameters(), self.critic.parameters(), self.tau)
         self.gradient_steps += 1
-        stats = {"critic_loss": float(loss_q.detach()), "actor_loss": float(loss_pi.detach()),
-                 "alpha_loss": float(loss_alpha.detach()), "alpha": self.alpha,
-                 "q_mean": float(q1.detach().mean()),
-                 "policy_entropy": float(-log_prob.detach().mean())}
-        if not all(np.isfinite(v) for v in stats.values()):
+        values = torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(),
+                              self._alpha(), q1.detach().mean(), -log_prob.detach().mean()])
+        stats = dict(zip(SAC_STATS, values.tolist()))  # the step's one read
+        if not all(math.isfinite(v) for v in stats.values()):
             raise NonFiniteError(f"SAC gradient step {self.gradient_steps} gave "
                                     f"non-finite values: {stats}")
         return stats
@@ -210,7 +229,27 @@ class SACLearner:
             "log_alpha": self.log_alpha.detach(),
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "generator": self.generator.get_state(),
+            **self._noise_generator_state(),
             "gradient_steps": self.gradient_steps})
+
+    def _load_noise_generator(self, saved: Optional[Mapping[str, object]]) -> None:
+        """Restore the device's noise generator from ``_noise_generator_state``'s
+        entry; one written on another kind of device (or none: a checkpoint
+        of a CPU run) starts a new stream seeded from the CPU generator."""
+        noise = self._noise_generator
+        if noise is None or noise is self.generator:
+            return
+        if saved is not None and saved.get("device") == self.device.type:
+            noise.set_state(saved["state"])
+        else:
+            noise.manual_seed(int(torch.randint(2 ** 62, (1,), generator=self.generator)))
+
+    def _noise_generator_state(self) -> Dict[str, object]:
+        """{"noise_generator": {"device": type, "state": bytes}} on a GPU, else {}."""
+        noise = self._noise_generator
+        if noise is None or noise is self.generator:
+            return {}
+        return {"noise_generator": {"device": self.device.type, "state": noise.get_state()}}
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -222,3 +261,4 @@ class SACLearner:
             o.load_state_dict(state["optimizers"][k])
         self.generator.set_state(state["generator"])
         self.gradient_steps = int(state["gradient_steps"])
+        self._load_noise_generator(state.get("noise_generator"))

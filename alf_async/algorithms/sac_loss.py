@@ -1,18 +1,21 @@
 """SAC's losses (Haarnoja et al. 2018, with automatic temperature), as small
 functions of tensors so that each can be checked against hand values.
 
-Shapes: B = batch. ``alpha`` is the entropy temperature (> 0).
+Shapes: B = batch. ``alpha`` is the entropy temperature (> 0): a float or a
+0-d tensor on the batch's device (the learner keeps it there, unread).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Union
 
 import torch
 
+Scalar = Union[float, torch.Tensor]
+
 
 def critic_target(reward: torch.Tensor, terminated: torch.Tensor, next_q1: torch.Tensor,
-                  next_q2: torch.Tensor, next_log_prob: torch.Tensor, alpha: float,
+                  next_q2: torch.Tensor, next_log_prob: torch.Tensor, alpha: Scalar,
                   gamma: float) -> torch.Tensor:
     """y = r + gamma (1 - terminated) (min(Q1', Q2') - alpha log pi(a' | s')) [B].
 
@@ -30,7 +33,7 @@ def critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> tor
 
 
 def actor_loss(q1: torch.Tensor, q2: torch.Tensor, log_prob: torch.Tensor,
-               alpha: float) -> torch.Tensor:
+               alpha: Scalar) -> torch.Tensor:
     """mean(alpha log pi(a | s) - min(Q1, Q2)(s, a)), a reparameterized from pi."""
     return (alpha * log_prob - torch.min(q1, q2)).mean()
 

@@ -9,8 +9,9 @@ anneal_clip_ratio and target_kl).
   ``Trainer.num_iterations``), lr(p) = learning_rate * (1 - p * (1 - f)) with
   f = learning_rate_end_fraction, as the ``lin_<lr>`` schedules of SB3 and the
   rl-baselines3-zoo do (f = 0). It depends on p only, so a resumed run goes on
-  where it stopped; a caller that gives no progress (Hogwild workers) trains
-  at learning_rate.
+  where it stopped; Hogwild workers get the progress of the batches granted
+  before theirs (``hogwild.messages.RunIteration``); a caller that gives no
+  progress trains at learning_rate.
 - anneal_clip_ratio (with "linear"): the clip range falls by the same factor,
   clip(p) = clip_ratio * lr(p) / learning_rate, as the zoo's ``lin_0.1``
   clip range for Atari does beside its ``lin_2.5e-4`` learning rate.

@@ -8,7 +8,10 @@
 the project's gin_configs/, the ``--gin_search_path`` folders, then
 $ALF_ASYNC_CONFIG_PATH; an ``include`` resolves first against the including
 file's folder (see alf_async.config). ``--gin_param`` adds bindings (repeatable). Running again with the same ``--root_dir`` resumes from its
-newest checkpoint; without ``--gin_file`` it reuses the run's saved config.
+newest checkpoint; without ``--gin_file`` it reuses the run's saved config. A
+learner device that config names and this machine lacks (a run trained on a GPU,
+resumed on a CPU machine) becomes "cpu", with one log line saying so, unless a
+``--gin_param`` binds the device (which is then checked like any other).
 
 Exit status: 0 done; 2 bad input (configuration, files, a run that cannot start);
 1 the run failed (the message names the newest checkpoint to resume from);

@@ -12,7 +12,7 @@ batch), ``SendState`` (at checkpoints), ``StopWorker``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -90,7 +90,16 @@ class WorkerFailed:
 
 @dataclass
 class RunIteration:
-    """Run one iteration and report its ``WorkerProgress``."""
+    """Run one iteration and report its ``WorkerProgress``.
+
+    Attributes:
+        progress: the run's progress (0..1, ``TrainerSettings.progress``)
+            counting the batches granted before this one, in flight or done:
+            where PPO's learning-rate schedule (and an annealed clip range)
+            stands for this batch; None: the schedule's start.
+    """
+
+    progress: Optional[float] = None
 
 
 @dataclass

@@ -6,7 +6,8 @@ unroll [T, K] on the worker's envs (``runtime.actor.Actor``, as an actor does),
 then train:
 
 - PPO: one ``PPOLearner.train`` on the batch (``num_epochs`` x minibatches of
-  gradient steps), one update;
+  gradient steps) at the run's progress the grant carries (for the learning-rate
+  schedule and an annealed clip range), one update;
 - SAC: copy the batch into the worker's own replay buffer and take the
   gradient steps the new env steps pay for at ``Replay.env_steps_per_gradient_step``
   (after the worker's share of ``Replay.learning_starts``), one update each.
@@ -79,9 +80,11 @@ def to_bytes(obj: Any) -> bytes:
 
 
 def from_bytes(data: bytes) -> Any:
+    """The object of ``to_bytes`` (tensors and plain values only), its
+    tensors on the CPU whatever device they were saved from."""
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True)
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 def _raise_system_exit(signum, frame):
@@ -152,8 +155,11 @@ class _Worker:
         self.rng = np.random.default_rng(derive_seed(
             s.seed, self.launch.worker_id, self.launch.epoch, self.launch.generation, 3))
 
-    def iteration(self, heartbeat: Callable[[], None]) -> messages.WorkerProgress:
-        """Unroll once and train on it (``heartbeat`` is called during both)."""
+    def iteration(self, heartbeat: Callable[[], None],
+                  progress: Optional[float] = None) -> messages.WorkerProgress:
+        """Unroll once and train on it (``heartbeat`` is called during both);
+        ``progress``: the run's share of the budget granted before this batch
+        (``RunIteration.progress``), for PPO's learning-rate schedule."""
         learner, actor = self.learner, self.actor
         actor.load_weights(self.binding.updates, learner.weight_arrays())
         record = actor.unroll(self.trajectory, on_step=heartbeat)
@@ -163,7 +169,7 @@ class _Worker:
         if self.sac:
             steps, stats = self._train_sac(heartbeat)
         else:
-            stats = learner.train(self.trajectory)
+            stats = learner.train(self.trajectory, progress=progress)
             steps = int(stats.get("gradient_steps", 0))
             self.gradient_steps += steps
             self.binding.after_update(1)
@@ -228,7 +234,7 @@ def _serve(conn, worker: _Worker, parent_pid: int) -> None:
             conn.send(worker.local_state())
         elif isinstance(command, messages.RunIteration):
             last[0] = time.monotonic()
-            conn.send(worker.iteration(heartbeat))
+            conn.send(worker.iteration(heartbeat, command.progress))
 
 
 def worker_process_main(launch: WorkerLaunch, conn) -> None:

@@ -157,10 +157,16 @@ class ActorNetwork(nn.Module):
     def action_std(self) -> Optional[float]:
         """Mean standard deviation of a continuous policy ("state_dependent":
         the mean std of the noise matrix's entries; None for discrete)."""
+        std = self.action_std_tensor()
+        return None if std is None else float(std)
+
+    def action_std_tensor(self) -> Optional[torch.Tensor]:
+        """``action_std`` as a 0-d tensor on the network's device (not read
+        back to the host), or None for discrete actions."""
         if self.action_spec.discrete:
             return None
         log_std = self.sde_log_std if self.state_dependent else self.log_std
-        return float(log_std.detach().clamp(self.min_log_std, self.max_log_std).exp().mean())
+        return log_std.detach().clamp(self.min_log_std, self.max_log_std).exp().mean()
 
 
 @gin.configurable
@@ -362,7 +368,8 @@ class ActorCritic(nn.Module):
             observation: [T, B, *O] (normalized).
             state: [B, S], the state each env started the unroll with.
             episode_start: [T, B] bool, an episode begins at step t (the state
-                is zeroed before it).
+                is zeroed before it); best on the host where the network is on
+                a GPU (``RecurrentCore.run_sequence``).
             keep_every: L > 0: also return the states steps 0, L, 2L, ...
                 started from.
         Returns:

@@ -43,11 +43,20 @@ def sde_noise(latent: torch.Tensor, eps: torch.Tensor, matrix_std: torch.Tensor)
     return torch.einsum("bf,bfa->ba", latent, eps * matrix_std)
 
 
+def normal(loc: torch.Tensor, scale: torch.Tensor) -> torch.distributions.Normal:
+    """``torch.distributions.Normal(loc, scale)``, its arguments and samples
+    validated on the CPU only: a check reads a value back from the device,
+    which on a GPU waits for every kernel queued before it (a learner's
+    non-finite values are caught by its step's finite check instead)."""
+    return torch.distributions.Normal(
+        loc, scale, validate_args=None if loc.device.type == "cpu" else False)
+
+
 class NormalDistribution:
     """A diagonal Normal over A continuous action dimensions (loc, scale [B, A])."""
 
     def __init__(self, loc: torch.Tensor, scale: torch.Tensor):
-        self.normal = torch.distributions.Normal(loc, scale)
+        self.normal = normal(loc, scale)
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
         """action [B, A] -> log-density [B] (summed over dimensions)."""

@@ -21,6 +21,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from alf_async.utils.devices import to_device
+
 RNN_KINDS = ("lstm", "gru")
 
 
@@ -93,6 +95,11 @@ class RecurrentCore(nn.Module):
         (several times faster on a CPU than a step at a time); between
         stretches the rows that begin an episode are zeroed.
 
+        Where the stretches end depends on the data: give ``episode_start``
+        on the host (a CPU tensor) when the network is on a GPU, so that
+        reading them waits for nothing (it is copied to the device once, for
+        the resets); on the device it costs one read back.
+
         Args:
             features: [T, B, F].
             state: [B, S], the state each row started the sequence with.
@@ -106,7 +113,8 @@ class RecurrentCore(nn.Module):
         T = features.shape[0]
         cuts = set(range(keep_every, T, keep_every)) if keep_every else set()
         if episode_start is not None:
-            cuts |= {int(t) for t in torch.nonzero(episode_start[1:].any(dim=1)).flatten() + 1}
+            cuts.update((torch.nonzero(episode_start[1:].any(dim=1)).flatten() + 1).tolist())
+            episode_start = to_device(episode_start, state.device)
         bounds = [0] + sorted(cuts) + [T]
         outputs, kept = [], []
         for first, end in zip(bounds[:-1], bounds[1:]):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.networks.actor_critic import HIDDEN_INITS, mlp
-from alf_async.networks.distributions import sde_noise, sde_scale
+from alf_async.networks.distributions import normal, sde_noise, sde_scale
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.utils.validation import check
 
@@ -167,7 +167,7 @@ class SquashedGaussianActor(nn.Module):
                                 device=generator.device if generator is not None
                                 else mean.device).to(mean.device)
             u = mean + std * noise
-        log_prob = torch.distributions.Normal(mean, std).log_prob(u).sum(-1)
+        log_prob = normal(mean, std).log_prob(u).sum(-1)
         log_prob = log_prob - squash_correction(u)
         return torch.tanh(u), log_prob
 

@@ -188,11 +188,10 @@ class HogwildLoop:
         and within one batch of an env-step budget."""
         s, c = self.settings, self._run.counters
         busy = len(self._busy)
-        if (not self._granting or w in self._busy
-                or s.budget_reached(int(c["iteration"]) + busy,
-                                    int(c["env_steps"]) + busy * s.steps_per_batch)):
+        granted = (int(c["iteration"]) + busy, int(c["env_steps"]) + busy * s.steps_per_batch)
+        if not self._granting or w in self._busy or s.budget_reached(*granted):
             return
-        if not self.workers.send(w, messages.RunIteration()):
+        if not self.workers.send(w, messages.RunIteration(s.progress(*granted))):
             return  # gone (or not ready): _check_workers restarts it
         self._busy.add(w)
         self.workers.handles[w].last_message = time.monotonic()  # silence counts from now

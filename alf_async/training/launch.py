@@ -10,7 +10,9 @@
    multiprocessing's forkserver (``warm_up_torch_children``, started before
    the lock is taken so that no child inherits it);
 2. ``announce_run``: once the caller's logging is set up, log a taken-over
-   lock and the settings a resume changed, and record those changes;
+   lock, the settings a resume changed (recorded too) and a learner device
+   of the run's saved config that this machine lacks (the resumed run trains
+   on the CPU instead, ``utils.devices.fall_back_to_cpu``);
 3. ``save_run_config``: write ``config.gin``, what a resume parses;
 4. the caller trains (``trainer.train()``), reporting failures its own way
    (the command: exit statuses and one-paragraph messages; the API: the
@@ -64,6 +66,8 @@ class PreparedRun:
         checkpoint: the checkpoint a resume starts from (None: a new run).
         forced: the changes include refused ones, allowed by
             ``allow_config_change``.
+        device_fallbacks: one sentence per learner device of the run's saved
+            config that this machine lacks and that now trains on the CPU.
     """
 
     trainer: Any
@@ -75,6 +79,7 @@ class PreparedRun:
     changes: List[ConfigChange] = dataclasses.field(default_factory=list)
     checkpoint: Optional[str] = None
     forced: bool = False
+    device_fallbacks: List[str] = dataclasses.field(default_factory=list)
 
     def release(self) -> None:
         """Drop the run directory's lock (safe to call twice)."""
@@ -144,6 +149,7 @@ def prepare_run(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequen
     import gin
 
     from alf_async.training.trainer import Trainer
+    from alf_async.utils.devices import fall_back_to_cpu
 
     # TensorBoard's writer (a quarter of a second of imports) is imported now,
     # while the forkserver still imports what the actors need: later it would
@@ -181,14 +187,19 @@ def prepare_run(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequen
                 f"({root_dir_argument} alone), or allow the change (--allow_config_change; "
                 "alf_async.train(..., allow_config_change=True)): it is logged and kept in "
                 f"{os.path.join(root_dir, CHANGES_FILE)}.", refused)
+        config_text = gin.config_str()  # before a fallback: config.gin keeps the device
+        # A resume with the run's own config on a machine without its device
+        # (trained on a GPU, resumed on a CPU machine) trains on the CPU.
+        fallbacks = (fall_back_to_cpu(gin_params)
+                     if [os.path.abspath(f) for f in gin_files] == [saved] else [])
         trainer = Trainer(root_dir=root_dir, run_lock=lock)
     except BaseException:
         lock.release()
         raise
     new_config = (os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1
                   or bool(gin_params))
-    return PreparedRun(trainer, root_dir, gin.config_str(), new_config, lock, taken_over,
-                       changes, checkpoint, bool(refused))
+    return PreparedRun(trainer, root_dir, config_text, new_config, lock, taken_over,
+                       changes, checkpoint, bool(refused), fallbacks)
 
 
 def _resume_changes(checkpoint: Optional[str], saved: str, gin_files: Sequence[str],
@@ -214,6 +225,8 @@ def announce_run(run: PreparedRun, logger: logging.Logger) -> None:
     ``<root_dir>/config_changes.jsonl``."""
     from alf_async.config_changes import record_changes
 
+    for line in run.device_fallbacks:
+        logger.warning("%s", line)
     if run.taken_over is not None:
         logger.warning("took over the lock of %s left by %s, which no longer holds it "
                        "(it ended without releasing it: killed, or its machine was lost)",

@@ -6,12 +6,15 @@
 | "ppo"               | PPOLearner + OnPolicyLoop           | PPOLearner + HogwildLoop |
 | "sac"               | SACLearner + OffPolicyLoop (replay) | SACLearner + HogwildLoop |
 
-All of it runs before a file is written or a process starts: the env's spaces
-read (a bad env id is a ``ConfigError``), memory and /dev/shm checked.
+All of it runs before a file is written or a process starts: the learner's
+device checked first (``learner_device``: a device this machine lacks, or a GPU
+for Hogwild, is a ``ConfigError`` before an env is built), the env's spaces read
+(a bad env id is a ``ConfigError``), memory and /dev/shm checked.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, NamedTuple, Optional, Tuple
 
 import gin
@@ -33,6 +36,7 @@ from alf_async.training.hogwild_loop import HogwildLoop
 from alf_async.training.loop import TrainingLoop
 from alf_async.training.off_policy import OffPolicyLoop
 from alf_async.training.on_policy import OnPolicyLoop
+from alf_async.utils.devices import DEVICE_BINDINGS, resolve_device
 from alf_async.utils.validation import ConfigError
 
 
@@ -71,6 +75,31 @@ def _bound_value(parameter: str) -> Any:
         return None
 
 
+def learner_device(settings: TrainerSettings) -> torch.device:
+    """The device the run's learner will train on (``PPOLearner.device`` or
+    ``SACLearner.device``, as bound in gin), checked against this machine;
+    a ``ConfigError`` names the binding. Hogwild runs train on the CPU only:
+    their workers share the networks through shared memory
+    (``share_memory_()`` does nothing for CUDA tensors) and a file lock, which
+    does not order a GPU's asynchronous kernels."""
+    binding = DEVICE_BINDINGS[settings.algorithm]
+    owner = binding.split(".")[0]
+    value = _bound_value(binding)
+    if value is None:
+        learner = SACLearner if settings.off_policy else PPOLearner
+        value = inspect.signature(learner.__init__).parameters["device"].default
+    device = resolve_device(owner, value)
+    if settings.runtime == "hogwild" and device.type != "cpu":
+        resolved = f" (resolved to {str(device)!r} on this machine)" if value == "auto" else ""
+        raise ConfigError(
+            f"{binding}={value!r}{resolved} puts the learner on a GPU, but "
+            f"Trainer.runtime='hogwild' trains on the CPU only: its workers share the "
+            f"networks through shared memory, which CUDA tensors cannot use, and a file "
+            f"lock that does not order a GPU's asynchronous kernels. Bind "
+            f"{binding}='cpu', or use Trainer.runtime='actor_learner' for a GPU learner")
+    return device
+
+
 def make_learner(settings: TrainerSettings, observation: ObservationSpec,
                  action_spec: ActionSpec) -> Any:
     """The learner of ``settings.algorithm`` (its batch sizes checked for PPO)."""
@@ -94,6 +123,7 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
                 replay: Optional[ReplaySettings] = None,
                 hogwild: Optional[HogwildSettings] = None) -> RunParts:
     """Check the run's resources and build its learner and loop."""
+    learner_device(settings)  # first: a wrong device is reported before an env is made
     observation, action_spec = read_env_spec(settings)
     s = settings
     if s.step_time_matters and s.backend != "ray":  # "auto" weighs the env's step time
