@@ -46,7 +46,8 @@ class IterationRecord:
     weights at eval_env_steps env steps (0 in other rows); every evaluation is
     also a row of eval.jsonl (``EVAL_FILE``).
     learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
-    approx_kl, clip_fraction, grad_norm, explained_variance, action_std, ...).
+    approx_kl, clip_fraction, grad_norm, explained_variance, action_std,
+    failed_steps, ...).
     """
 
     iteration: int
@@ -159,6 +160,7 @@ TENSORBOARD_TAGS = {
     "learning_rate": "ppo/learning_rate",
     "clip_ratio": "ppo/clip_ratio",
     "kl_early_stop": "ppo/kl_early_stop",
+    "failed_steps": "ppo/failed_steps",
     "critic_loss": "sac/critic_loss",
     "actor_loss": "sac/actor_loss",
     "alpha": "sac/alpha",

@@ -13,9 +13,12 @@ configuration is the one it names, not the async file's):
 
 - ``sync``: N = 1 (lag 0) with PPO2 (``lag_correction = "none"``, the
   baseline every "x sync" compares with);
-- ``sync_decoupled``: N = 1 with the decoupled objective (without lag it differs
-  from PPO2 only by the observation statistics the actor and the learner
-  used: the clip is centred on the learner's own view of the batch);
+- ``sync_decoupled``: N = 1 with the decoupled objective (without lag it is
+  PPO2 since batches are normalized with the statistics they were acted with,
+  the default; with ``observation_stats = "updated"``, the default of the
+  study's recorded runs, it differed from PPO2 by the observation statistics
+  the actor and the learner used: the clip was centred on the learner's own
+  view of the batch);
 - ``n2_none`` / ``n2_decoupled`` / ``n2_vtrace``: N = 2 with
   ``PPOLearner.lag_correction`` none (PPO2), decoupled, vtrace;
 - ``n4_none`` / ``n4_decoupled`` / ``n4_vtrace``: the same with N = 4;
@@ -30,7 +33,8 @@ configuration is the one it names, not the async file's):
 - ``sync_behaviour_stats`` / ``n2_none_behaviour_stats`` /
   ``n2_decoupled_behaviour_stats``: ``PPOLearner.observation_stats =
   "behaviour"`` (the batch normalized with the statistics its acting policy
-  used).
+  used; now the default, so these equal ``sync`` / ``n2_none`` /
+  ``n2_decoupled``, which the study's recorded runs trained with "updated").
 
 Every finished run is appended as one JSON line to ``--results`` (default
 ``lag_study.jsonl`` in the current directory); runs already there are skipped,

@@ -119,36 +119,59 @@ def _batch(seed=0, T=8, K=4):
     }
 
 
-def _on_policy(batch, learner):
-    """The batch with the learner's own log-probs and values (no lag)."""
+def _acted(batch, learner, numpy_inference=True, seed=0):
+    """The batch re-acted as an actor with the learner's published weights
+    does (``NeuralPolicy.act``: actions, log-probs and values; numpy inference
+    by default, as actors run): on-policy data for that learner."""
     from alf_async.algorithms.policy import NeuralPolicy
 
-    policy = NeuralPolicy(3, 2)
+    policy = NeuralPolicy(3, 2, seed=seed, numpy_inference=numpy_inference)
     policy.load_weights(learner.weight_arrays())
-    T, K = batch["reward"].shape
-    with torch.no_grad():
-        x = policy._obs(batch["observation"].reshape(T * K, 3))
-        batch["log_prob"] = policy.model.actor(x).log_prob(
-            torch.from_numpy(batch["action"].reshape(T * K, 2))).numpy().reshape(T, K)
-        batch["value"] = policy.model.predict_value(x).numpy().reshape(T, K)
+    for t in range(len(batch["observation"])):
+        batch["action"][t], batch["log_prob"][t], batch["value"][t] = policy.act(
+            batch["observation"][t])
     return batch
 
 
+def _moving_batch(iteration):
+    """A batch whose observations are far from the statistics of the earlier
+    ones (mean 3 i, std 1 + i): the normalizer moves a lot when it adds them."""
+    batch = _batch(seed=iteration)
+    batch["observation"] = batch["observation"] * (1 + iteration) + 3.0 * iteration
+    return batch
+
+
+@pytest.mark.parametrize("version", ["current", None])
+@pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("mode,lam", [("decoupled", 0.95), ("vtrace_gae", 0.95),
                                       ("vtrace", 1.0)])
-def test_on_policy_learner_step_equals_ppo2(mode, lam):
-    """Without lag every mode takes PPO2's first gradient step (vtrace only with
-    gae_lambda = 1, where its advantages are GAE's)."""
-    kwargs = dict(num_epochs=1, mini_batch_size=32, seed=4, gae_lambda=lam,
-                  normalize_observations=False)
-    plain, corrected = PPOLearner(3, 2, **kwargs), PPOLearner(3, 2, lag_correction=mode,
-                                                             **kwargs)
-    batch = _on_policy(_batch(), plain)
-    plain.train(batch)
-    corrected.train(batch)
-    for (name, a), b in zip(plain.model.state_dict().items(),
+def test_on_policy_learner_step_equals_ppo2(mode, lam, normalize, version):
+    """On-policy data (acted by the learner's weights, as in a sync run) takes
+    PPO2's ("none") steps in every mode (vtrace only with gae_lambda = 1, where
+    its advantages are GAE's), with observation normalization on and off, over
+    iterations in which the normalizer's statistics move. ``version``: the batch
+    comes with its behaviour version (the learner's iteration: the decoupled
+    step is then PPO2's bit for bit) or without one (the learner recomputes
+    pi_prox, equal to the actor's mu to float rounding)."""
+    kwargs = dict(num_epochs=2, mini_batch_size=16, seed=4, gae_lambda=lam,
+                  normalize_observations=normalize)
+    ppo2 = PPOLearner(3, 2, lag_correction="none", **kwargs)
+    corrected = PPOLearner(3, 2, lag_correction=mode, **kwargs)
+    for iteration in range(3):
+        batch = _acted(_moving_batch(iteration), ppo2, seed=iteration)
+        corrected.weight_arrays()  # published too, as the training loop does
+        acting_version = iteration if version == "current" else None
+        ppo2.train(batch, acting_version)
+        stats = corrected.train(batch, acting_version)
+        assert stats["truncated_fraction"] == 0.0
+        if version == "current":
+            assert stats["importance_weight"] == 1.0 and stats["behaviour_kl"] == 0.0
+    for (name, a), b in zip(ppo2.model.state_dict().items(),
                             corrected.model.state_dict().values()):
-        torch.testing.assert_close(a, b, msg=name)
+        if version == "current" and mode == "decoupled":
+            assert torch.equal(a, b), name
+        else:
+            torch.testing.assert_close(a, b, msg=name)
 
 
 def test_recompute_values_uses_the_current_value_network():
@@ -166,10 +189,11 @@ def test_c_bar_above_rho_bar_is_refused():
 
 
 def test_behaviour_statistics_normalize_the_batch_as_the_actor_did():
-    """observation_stats="behaviour": the batch is normalized with the statistics
-    published with the acting version, not the ones updated with the batch."""
-    learner = PPOLearner(3, 2, num_epochs=1, mini_batch_size=32,
-                         observation_stats="behaviour")
+    """observation_stats="behaviour" (the default): the batch is normalized with
+    the statistics published with the acting version, not the ones updated with
+    the batch ("updated")."""
+    learner = PPOLearner(3, 2, num_epochs=1, mini_batch_size=32)
+    assert learner.observation_stats == "behaviour"
     learner.train(_batch(seed=1))  # statistics now describe batch 1
     from alf_async.algorithms.policy import NeuralPolicy
 
@@ -179,10 +203,10 @@ def test_behaviour_statistics_normalize_the_batch_as_the_actor_did():
     batch = _batch(seed=2)
     batch["observation"] *= 5.0  # statistics would move a lot if updated first
     raw = batch["observation"]
-    got = learner._normalized_batch(raw, torch.from_numpy(raw), behaviour_version=1)
-    np.testing.assert_allclose(got.numpy(), policy._obs(raw.reshape(-1, 3)).numpy()
-                               .reshape(raw.shape), rtol=1e-6)
-    updated = PPOLearner(3, 2, num_epochs=1, mini_batch_size=32)
+    got = learner._batch_normalizer(raw, behaviour_version=1).normalize(torch.from_numpy(raw))
+    np.testing.assert_array_equal(got.numpy(), policy._obs(raw.reshape(-1, 3)).numpy()
+                                  .reshape(raw.shape))
+    updated = PPOLearner(3, 2, num_epochs=1, mini_batch_size=32, observation_stats="updated")
     updated.train(_batch(seed=1))
-    other = updated._normalized_batch(raw, torch.from_numpy(raw), behaviour_version=1)
+    other = updated._batch_normalizer(raw, behaviour_version=1).normalize(torch.from_numpy(raw))
     assert not np.allclose(other.numpy(), got.numpy())

@@ -19,6 +19,7 @@ from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.envs.atari import ale_installed
 from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.final_observations import FINAL_OBSERVATION_ROWS
 from alf_async.envs.gym_env import env_spec, make_env
 from alf_async.envs.image_envs import DOT_CENTERING_ID
 from alf_async.envs.spaces import ObservationSpec, observation_spec
@@ -77,10 +78,11 @@ def test_trajectories_carry_uint8_frames_from_actor_processes():
         # Moving right: the dot's column grows by one a step until the border.
         assert (np.diff(columns, axis=0) >= 0).all()
         np.testing.assert_array_equal(arrays["value"], columns.astype(np.float32))
-    # A frame costs 1 byte a pixel in the slots, not the 4 of float32.
+    # A frame costs 1 byte a pixel in the slots, not the 4 of float32: the
+    # T x K frames acted on, s_T of each env and its R kept final frames.
     as_bytes = trajectory_nbytes(6, 4, FRAME, 1)
     as_floats = trajectory_nbytes(6, 4, ObservationSpec((9, 9, 1), "float32"), 1)
-    assert as_floats - as_bytes == 6 * 4 * 81 * 3
+    assert as_floats - as_bytes == (6 + 1 + FINAL_OBSERVATION_ROWS) * 4 * 81 * 3
 
 
 def test_the_learner_trains_on_uint8_frames_without_a_normalizer():

@@ -175,3 +175,40 @@ def test_decoupled_loss_reports_the_share_of_truncated_importance_weights():
                            proximal_log_prob=proximal)
     assert "truncated_fraction" not in untruncated.stats
     assert "truncated_weight" not in untruncated.stats
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_masked_samples_count_in_no_loss_and_no_statistic(decoupled):
+    """``valid``: the loss, its gradient and the statistics of a minibatch
+    with masked samples (steps whose env failed) are those of the valid
+    samples alone, whatever the masked ones hold."""
+    g = torch.Generator().manual_seed(2)
+    B = 10
+    valid = torch.ones(B, dtype=torch.bool)
+    valid[[3, 7]] = False
+    old, adv = torch.randn(B, generator=g), torch.randn(B, generator=g)
+    value, returns = torch.randn(B, generator=g), torch.randn(B, generator=g)
+    entropy, proximal = torch.rand(B, generator=g), old + 0.3 * torch.randn(B, generator=g)
+    new = (old + 0.2 * torch.randn(B, generator=g)).requires_grad_()
+    garbage = torch.full((B,), 1e4)
+    garbage[valid] = 0.0
+
+    def loss(log_prob, keep=None, noise=0.0):
+        pick = (lambda x: x) if keep is None else (lambda x: x[keep])
+        return ppo_loss(pick(log_prob), pick(old), pick(adv + noise), pick(value),
+                        pick(returns + noise), pick(entropy), 0.2, 0.5, 0.01, True,
+                        pick(proximal) if decoupled else None, 1.0 if decoupled else None,
+                        None if keep is not None else valid)
+
+    masked = loss(new, noise=garbage)
+    masked.loss.backward()
+    grad = new.grad.clone()
+    new.grad = None
+    alone = loss(new, keep=valid)
+    alone.loss.backward()
+    torch.testing.assert_close(masked.loss, alone.loss)
+    torch.testing.assert_close(grad[valid], new.grad[valid])
+    assert (grad[~valid] == 0).all()
+    assert masked.stats.keys() == alone.stats.keys()
+    for key in masked.stats:
+        torch.testing.assert_close(masked.stats[key], alone.stats[key], msg=key)

@@ -12,6 +12,8 @@
 - ``BatchedEnv`` directly: killing a worker makes the next step return its envs as
   truncated (reward 0, episode not reported), ``pop_failures`` names them, and
   stepping goes on with a new worker.
+- Trajectories flag a failed env's step (``env_failed``): the replay buffer
+  and PPO's losses leave it out.
 """
 
 from __future__ import annotations
@@ -207,25 +209,69 @@ def test_nan_env_run_completes_and_logs_its_failures(tmp_path):
         out[-3000:]
 
 
-def test_off_policy_trajectory_marks_the_steps_of_failed_envs():
-    """A failed env's step (reward 0, a truncation at the last good observation)
-    is marked ``env_failed`` in an off-policy trajectory, so that the replay
-    buffer leaves it out instead of storing a transition that never happened."""
+def _unroll_with_failures(settings, policy_factory, weights=None, next_observation=False):
+    """One unroll of an actor on ``settings`` (an env that fails): the
+    trajectory, after checking that every failed step (reward 0, a truncation
+    at the last good observation) and no other is flagged ``env_failed``."""
     import alf_async.envs.fault_injection  # noqa: F401  (registers FAULTY)
     from alf_async.runtime.actor import Actor
     from alf_async.runtime.trajectory import allocate_trajectory
-    from alf_async.settings import TrainerSettings
-    from scripted_policy import ScriptedPolicy
 
-    s = TrainerSettings(algorithm="sac", env_name=FAULTY, num_envs=3, unroll_length=40,
-                        num_env_steps=1)
-    actor = Actor(0, s, ScriptedPolicy)
+    actor = Actor(0, settings, policy_factory)
     try:
-        out = allocate_trajectory(40, 3, actor.env.observation_dim, actor.env.action_spec.dim,
-                                  next_observation=True)
+        if weights is not None:
+            actor.load_weights(0, weights)
+        out = allocate_trajectory(settings.unroll_length, settings.num_envs,
+                                  actor.env.observation_spec, actor.env.action_dim,
+                                  next_observation=next_observation)
         record = actor.unroll(out)
     finally:
         actor.close()
     failed = out["env_failed"]
     assert failed.sum() == len(record.env_failures) > 0
     assert (out["reward"][failed] == 0).all() and out["truncated"][failed].all()
+    return out
+
+
+def test_off_policy_trajectory_marks_the_steps_of_failed_envs():
+    """A failed env's step (reward 0, a truncation at the last good observation)
+    is marked ``env_failed`` in an off-policy trajectory, so that the replay
+    buffer leaves it out instead of storing a transition that never happened."""
+    from alf_async.settings import TrainerSettings
+    from scripted_policy import ScriptedPolicy
+
+    s = TrainerSettings(algorithm="sac", env_name=FAULTY, num_envs=3, unroll_length=40,
+                        num_env_steps=1)
+    _unroll_with_failures(s, ScriptedPolicy, next_observation=True)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers,acting", [(0, False), (1, True)])
+def test_ppo_leaves_the_steps_of_failed_envs_out_of_its_losses(workers, acting):
+    """PPO's trajectory flags a failed env's step too, whether the actor acts
+    or its env workers do; the learner leaves those steps out of its losses
+    and counts them (``failed_steps``; the losses' masks:
+    tests/test_exact_on_policy.py)."""
+    import torch
+
+    from alf_async.algorithms.policy import NeuralPolicy
+    from alf_async.algorithms.ppo_learner import PPOLearner
+    from alf_async.envs.gym_env import env_spec
+    from alf_async.settings import TrainerSettings
+
+    def policy(observation_spec, action_spec, seed):
+        torch.manual_seed(0)
+        return NeuralPolicy(observation_spec, action_spec, seed)
+
+    import alf_async.envs.fault_injection  # noqa: F401  (registers FAULTY)
+
+    s = TrainerSettings(env_name=FAULTY, num_envs=3, num_env_workers=workers, env_splits=1,
+                        acting_env_workers=acting, unroll_length=200, num_env_steps=1, seed=2)
+    spec, action_spec, _ = env_spec(FAULTY)
+    learner = PPOLearner(spec, action_spec, num_epochs=1, mini_batch_size=200)
+    out = _unroll_with_failures(s, policy, learner.weight_arrays())
+    failed = out["env_failed"]
+    assert (out["final_observation_row"][failed] == -1).all()  # no final observation
+    stats = learner.train(out, 0)
+    assert stats["failed_steps"] == float(failed.sum())
+    assert np.isfinite(stats["policy_loss"]) and stats["truncated_fraction"] == 0.0

@@ -115,6 +115,7 @@ def test_reference_batches_exercise_every_field(in_process_batches):
     assert sum(int(a["terminated"].sum()) for a in arrays) > 0
     assert sum(int(a["truncated"].sum()) for a in arrays) > 0
     assert any(np.any(a["truncation_value"] != 0) for a in arrays)
+    assert any(np.any(a["final_observation_row"] >= 0) for a in arrays)  # kept for the learner
     assert sum(len(m.unroll.episodes) for m, _ in in_process_batches) > 0
     assert not np.array_equal(arrays[0]["observation"], arrays[1]["observation"])
     # InProcessActorPool is Actor.unroll: same arrays and episodes.

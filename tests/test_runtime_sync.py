@@ -12,6 +12,8 @@ tiny sizes) and reads the run's ``metrics.jsonl``. It proves that
   versions;
 - versions advance exactly once per learner iteration (published versions are
   0..n, each with new weights; iteration i trains at version i - 1);
+- N = 1 trains every batch exactly on-policy: truncated_fraction 0.0 and
+  importance weights 1 on every row, with observation normalization on;
 - policy lag: N = 1 gives lag 0 on every batch (synchronous); N = 2 with one slot
   per actor gives lag <= 1 on every batch and lag 1 on some; N = 2 with two slots
   per actor may exceed 1 but stays <= N * slots - 1;
@@ -200,6 +202,12 @@ def test_one_actor_is_synchronous_and_in_sync(tmp_path, num_env_workers):
     assert [m["behaviour_version"] for m in run.metrics] == list(range(n))
     assert all(m["lag"] == 0 for m in run.metrics)
     assert {m["actor_id"] for m in run.metrics} == {0}
+    # Exactly on-policy, with observation normalization on (the default) and
+    # the actor acting (W = 0) or its env workers (W = 1): the decoupled
+    # default's importance weights are all 1, none is truncated.
+    assert [m["truncated_fraction"] for m in run.metrics] == [0.0] * n
+    assert [m["importance_weight"] for m in run.metrics] == [1.0] * n
+    assert [m["failed_steps"] for m in run.metrics] == [0.0] * n
 
 
 def test_two_actors_lag_at_most_one(tmp_path):

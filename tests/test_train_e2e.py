@@ -143,6 +143,9 @@ def test_train_writes_run_directory_and_resumes(tmp_path, train_cmd):
     # The recent-returns window came back with the checkpoint: no 'return nan'
     # after a resume; the first resumed row averages old and new episodes.
     assert lines[3]["episode_return"] is not None
+    # Sync with observation normalization: every batch, the first one after
+    # the resume too, is normalized as it was acted and trained on-policy.
+    assert [m["truncated_fraction"] for m in lines] == [0.0] * 5
     state = load_checkpoint_file(os.path.join(root, "checkpoints", "ckpt-5.pt"))
     assert state["counters"]["iteration"] == 5
     assert state["counters"]["env_steps"] == 5 * STEPS_PER_ITERATION

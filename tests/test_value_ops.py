@@ -168,3 +168,49 @@ def test_gae_float32_close_to_float64_reference():
         f32(truncation_value), f32(bootstrap), 0.99, 0.95)
     assert adv.dtype == torch.float32
     np.testing.assert_allclose(adv.numpy(), expected_adv, rtol=1e-4, atol=1e-4)
+
+
+def test_a_failed_step_is_no_transition():
+    """env 0 fails at t = 2 (reward 0, a truncation at its last good
+    observation, truncation value 7): its own advantage is 0, and step 1
+    bootstraps from V(s_2) with no trace through step 2, as at a time limit.
+    env 1 (no failure) is unchanged by the flag of env 0."""
+    gamma, lam = 0.5, 0.5
+    rewards = _t([[1, 1], [2, 2], [0, 3], [4, 4]])
+    values = _t([[0.5, 2], [1.0, 4], [1.5, 6], [2.0, 8]])
+    no = torch.zeros(4, 2, dtype=torch.bool)
+    failed = no.clone()
+    failed[2, 0] = True
+    truncation_value = _t([[0, 0], [0, 0], [7, 0], [0, 0]])
+    boot = torch.tensor([3.0, 12.0], dtype=torch.float64)
+    adv, ret = generalized_advantage_estimation(rewards, values, no, failed, truncation_value,
+                                                boot, gamma, lam, failed=failed)
+    # env 0: deltas 1 + .5 - .5 = 1 | 2 + .5 * 1.5 - 1 = 1.75 | 0 (failed) | 4 + 1.5 - 2 = 3.5
+    #   A3 = 3.5; A2 = 0; A1 = 1.75 (cut at the failed step); A0 = 1 + .25 * 1.75
+    torch.testing.assert_close(adv[:, 0], _t([1.4375, 1.75, 0.0, 3.5]), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ret[:, 0], adv[:, 0] + values[:, 0], rtol=0, atol=1e-12)
+    plain, _ = generalized_advantage_estimation(rewards, values, no, no, truncation_value,
+                                                boot, gamma, lam)
+    torch.testing.assert_close(adv[:, 1], plain[:, 1], rtol=0, atol=0)
+    # Without the flag the failed step's TD error 0 + .5 * 7 - 1.5 would be trained on.
+    unflagged, _ = generalized_advantage_estimation(rewards, values, no, failed,
+                                                    truncation_value, boot, gamma, lam)
+    assert unflagged[2, 0] == 2.0
+
+
+def test_vtrace_on_policy_with_a_failed_step_equals_gae():
+    from alf_async.algorithms.value_ops import vtrace
+
+    g = torch.Generator().manual_seed(3)
+    rewards, values = torch.randn(6, 3, generator=g), torch.randn(6, 3, generator=g)
+    no = torch.zeros(6, 3, dtype=torch.bool)
+    failed = no.clone()
+    failed[[1, 4], [0, 2]] = True
+    tv, boot = torch.randn(6, 3, generator=g), torch.randn(3, generator=g)
+    adv, ret = generalized_advantage_estimation(rewards, values, no, failed, tv, boot,
+                                                0.9, 0.8, failed=failed)
+    vs, vadv = vtrace(torch.zeros(6, 3), rewards, values, no, failed, tv, boot, 0.9, 0.8,
+                      gae_advantages=True, failed=failed)
+    torch.testing.assert_close(vs, ret)
+    torch.testing.assert_close(vadv, adv)
+    assert (adv[failed] == 0).all()

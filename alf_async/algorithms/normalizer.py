@@ -171,24 +171,27 @@ def subtract_statistics(whole: Mapping[str, np.ndarray], part: Mapping[str, np.n
 
 class PublishedStatistics:
     """The normalizer statistics published with each weight version (the
-    newest ``keep`` versions), so that a batch can be normalized as the
-    version that acted on it did (``PPOLearner.observation_stats =
+    newest ``keep`` versions) and the last ones published, so that a batch can
+    be normalized as the version that acted on it did (``PPOLearner.observation_stats =
     "behaviour"``)."""
 
     def __init__(self, keep: int = 64):
         self.keep = keep
         self._by_version: Dict[int, Mapping[str, np.ndarray]] = {}
+        self._latest: Optional[Mapping[str, np.ndarray]] = None
 
     def publish(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self._by_version[version] = arrays
+        self._latest = arrays
         for old in [v for v in self._by_version if v < version - self.keep]:
             del self._by_version[old]
 
-    def normalizer(self, version: int, like: "RunningNormalizer"
+    def normalizer(self, version: Optional[int], like: "RunningNormalizer"
                    ) -> Optional["RunningNormalizer"]:
-        """A normalizer (``like``'s settings) with version's statistics; None
-        if they were not published here (before a resume, or too old)."""
-        arrays = self._by_version.get(version)
+        """A normalizer (``like``'s settings) with version's statistics (the
+        last ones published for version None); None if they were not
+        published here (not since this process started, or too old)."""
+        arrays = self._latest if version is None else self._by_version.get(version)
         if arrays is None:
             return None
         acting = RunningNormalizer(like.dim, like.clip, like.epsilon)

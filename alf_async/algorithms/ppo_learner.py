@@ -2,10 +2,15 @@
 
 One call of ``train(batch)`` is one training iteration:
 
-1. update the observation normalizer with the batch's raw observations;
-2. compute GAE advantages and lambda-returns from the rollout-time values;
+1. normalize the batch's observations with the statistics its acting policy
+   used (``observation_stats``), then add them to the running statistics;
+2. compute GAE advantages and lambda-returns from the rollout-time values (or
+   V-trace's, or from recomputed values: ``lag_correction``,
+   ``recompute_values``); steps whose env failed are no transitions
+   (``value_ops``);
 3. ``num_epochs`` passes over shuffled minibatches of ``mini_batch_size`` samples,
-   each an Adam step on the PPO loss with global-norm gradient clipping.
+   each an Adam step on the PPO loss with global-norm gradient clipping (failed
+   steps left out of the losses and counted: ``failed_steps``).
 
 A recurrent network (``ActorCritic.rnn``) first re-runs the whole batch from the
 states the actor stored with it, and its minibatches are whole env sequences
@@ -18,7 +23,7 @@ actors receive.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import gin
 import numpy as np
@@ -30,21 +35,12 @@ from alf_async.algorithms.normalizer import PublishedStatistics, RunningNormaliz
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.step_size import StepSizeControl
-from alf_async.algorithms.value_ops import advantages_and_returns
+from alf_async.algorithms.value_ops import advantages_and_returns, explained_variance_tensor
 from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_spec
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.devices import resolve_device, to_device, to_host
 from alf_async.utils.validation import ConfigError, check
-
-
-def explained_variance_of(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``value_ops.explained_variance`` as a 0-d tensor on the inputs' device
-    (read with the iteration's other statistics): 1 - Var(target - predicted)
-    / Var(target), nan when Var(target) is 0; predicted, target [N]."""
-    var_target = torch.var(target, unbiased=False)
-    ev = 1.0 - torch.var(target - predicted, unbiased=False) / var_target
-    return torch.where(var_target == 0, torch.full_like(ev, float("nan")), ev)
 
 
 @gin.configurable
@@ -109,22 +105,36 @@ class PPOLearner:
             advantage of the next step). On-policy data gives PPO2 with
             "none", "decoupled" and "vtrace_gae", and with "vtrace" only for
             gae_lambda = 1 (otherwise its advantage r + gamma * vs' - V is
-            GAE's with lambda = 1 for the first step). The default comes from
+            GAE's with lambda = 1 for the first step), with or without
+            observation normalization (``observation_stats``). A batch acted
+            by the learner's current weights (its behaviour version is the
+            learner's ``iteration``: every batch of a sync run) has pi_prox
+            = mu, and the actor's log-probs and values serve as the
+            learner's: its importance weights are exactly 1 and none is
+            truncated. The default comes from
             the HalfCheetah study in docs/async_guide.md (PPO2 needed 1.6x
             sync's env steps at N = 2, decoupled 1.16x).
         rho_bar: truncation of the importance weights (decoupled and both V-traces).
         c_bar: truncation of V-trace's trace coefficients (<= rho_bar).
-        recompute_values: recompute V(s_t) of the batch with the learner's current
-            value network before computing advantages (the behaviour values of a
-            stale batch come from an older network). The bootstrap and
-            truncation values stay the actor's (their observations are not in
-            the batch).
+        recompute_values: recompute the batch's values with the learner's
+            current value network before computing advantages (the behaviour
+            values of a stale batch come from an older network): V(s_t), the
+            bootstrap value V(s_T) from the trajectory's bootstrap_observation
+            and the truncation values from its final observations (env k's
+            first R truncations of the unroll, ``runtime.trajectory``; the
+            actor's beyond them, and for a batch without these fields).
+            Recurrent networks recompute V(s_t) only. A batch acted by the
+            current weights is not recomputed (its values are the learner's).
         observation_stats: which observation statistics normalize a batch:
-            "updated" (the statistics after adding the batch, as before) or
-            "behaviour" (the statistics the acting policy used, kept per
-            published version, so the ratio compares the policies on the same
-            inputs; falls back to the current statistics for versions published
-            before a resume).
+            "behaviour" (the default: the statistics its acting policy used,
+            published with its weights version and kept for the newest 64
+            versions; for a batch without a version, the statistics of the
+            last ``weight_arrays()``; the current ones if neither was
+            published in this process), so that actor and learner feed the
+            networks the same inputs and on-policy data has ratio 1, as in
+            Stable-Baselines3; or "updated" (the default before: the
+            statistics after adding the batch, which the acting policy had
+            not seen). Either way the batch is then added to the statistics.
         chunk_length: recurrent networks (``ActorCritic.rnn``) only: the
             minibatches are sets of L = chunk_length consecutive steps of one
             env, re-run from the state the network had at their first step in a
@@ -150,7 +160,7 @@ class PPOLearner:
                  reward_clip: Optional[float] = None,
                  device: str = "cpu", max_skipped_updates: int = 10,
                  lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
-                 recompute_values: bool = False, observation_stats: str = "updated",
+                 recompute_values: bool = False, observation_stats: str = "behaviour",
                  chunk_length: Optional[int] = None, seed: int = 0):
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
@@ -171,7 +181,7 @@ class PPOLearner:
                 ("c_bar", c_bar, "number", dict(low=0, low_open=True)),
                 ("recompute_values", recompute_values, "bool", {}),
                 ("observation_stats", observation_stats, "choice",
-                 dict(choices=("updated", "behaviour"))),
+                 dict(choices=("behaviour", "updated"))),
                 ("normalize_advantages", normalize_advantages, "bool", {}),
                 ("normalize_observations", normalize_observations, "bool", {}),
                 ("chunk_length", chunk_length, "int", dict(low=1, optional=True))):
@@ -202,7 +212,7 @@ class PPOLearner:
         self.recompute_values = recompute_values
         self.chunk_length = chunk_length
         self.observation_stats = observation_stats
-        self._published_stats = PublishedStatistics()  # for "behaviour" stats
+        self._published_stats = PublishedStatistics()  # the acting statistics
         self._step = GuardedStep(max_skipped_updates)
         self.device = resolve_device("PPOLearner", device)
         torch.manual_seed(seed)
@@ -264,21 +274,62 @@ class PPOLearner:
         groups = {"param": to_host(self.model.state_dict())}
         if self.normalize_observations:
             groups["normalizer"] = self.normalizer.state_arrays()
-            if self.observation_stats == "behaviour":
-                self._published_stats.publish(self.iteration, groups["normalizer"])
+            # The learner's version is its iteration (the loops publish
+            # weights version i after i iterations).
+            self._published_stats.publish(self.iteration, groups["normalizer"])
         return pack_weights(groups)
 
-    def _normalized_batch(self, raw: np.ndarray, obs: torch.Tensor,
-                          behaviour_version: Optional[int]) -> torch.Tensor:
-        """The batch's observations [T, K, O] as the networks are trained on them;
-        adds the batch to the running statistics."""
+    def _batch_normalizer(self, raw: np.ndarray, behaviour_version: Optional[int]
+                          ) -> Optional[RunningNormalizer]:
+        """The normalizer the batch's observations are trained with (None:
+        observations are not normalized, see ``observation_stats``); adds the
+        batch's raw observations [T, K, O] to the running statistics."""
         if not self.normalize_observations:
-            return obs
+            return None
         acting = None
-        if self.observation_stats == "behaviour" and behaviour_version is not None:
+        if self.observation_stats == "behaviour":
             acting = self._published_stats.normalizer(behaviour_version, self.normalizer)
+            if acting is None:  # not published in this process: the current ones
+                acting = RunningNormalizer(self.normalizer.dim, self.normalizer.clip,
+                                           self.normalizer.epsilon)
+                acting.load_state_arrays(self.normalizer.state_arrays())
         self.normalizer.update(raw)
-        return (self.normalizer if acting is None else acting).normalize(obs)
+        return self.normalizer if acting is None else acting
+
+    def _acted_by_current_weights(self, behaviour_version: Optional[int]) -> bool:
+        """Whether the batch was acted by the weights the learner has now,
+        on the inputs it trains on (then pi_prox = mu and V = the actor's values)."""
+        return (behaviour_version is not None and int(behaviour_version) == self.iteration
+                and (not self.normalize_observations or self.observation_stats == "behaviour"))
+
+    def _state_values(self, observation: torch.Tensor,
+                      normalizer: Optional[RunningNormalizer]) -> torch.Tensor:
+        """V [M] of raw observations [M, *O] (feed-forward networks), frames
+        ``mini_batch_size`` at a time."""
+        x = observation if normalizer is None else normalizer.normalize(observation)
+        rows = self.mini_batch_size if self.model.observation_spec.is_image else len(x)
+        return torch.cat([self.model.state_value(x[i:i + rows])
+                          for i in range(0, len(x), max(rows, 1))])
+
+    def _recomputed_ends(self, t: Mapping[str, torch.Tensor],
+                         normalizer: Optional[RunningNormalizer]
+                         ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(bootstrap_value [K], truncation_value [T, K]) under the current
+        value network: V(bootstrap_observation [K, *O]) and V(s_final) of the
+        final observations the trajectory kept (``final_observation`` [R, K, *O]
+        at ``final_observation_row`` [T, K]); the actor's values where it kept
+        none, and both the actor's for a batch without these fields."""
+        if "bootstrap_observation" not in t or self.state_size:
+            return t["bootstrap_value"], t["truncation_value"]
+        K = t["bootstrap_value"].shape[0]
+        rows = t["final_observation_row"].long()
+        steps, envs = torch.nonzero(rows >= 0, as_tuple=True)
+        observations = torch.cat([t["bootstrap_observation"],
+                                  t["final_observation"][rows[steps, envs], envs]])
+        values = self._state_values(observations, normalizer)
+        truncation_value = t["truncation_value"].clone()
+        truncation_value[steps, envs] = values[K:]
+        return values[:K], truncation_value
 
     def train(self, batch: Mapping[str, np.ndarray],
               behaviour_version: Optional[int] = None,
@@ -286,18 +337,26 @@ class PPOLearner:
         """One training iteration on a trajectory batch.
 
         Args:
-            batch: arrays of one actor's unroll: observation [T, K, *O], action
-                [T, K, A], reward/terminated/truncated/log_prob/value/
-                truncation_value [T, K], bootstrap_value [K]; for a recurrent
-                network also initial_state [K, S] and episode_start [T, K].
-            behaviour_version: the weight version that acted (for
-                ``observation_stats = "behaviour"``).
+            batch: arrays of one actor's unroll (``runtime.trajectory``):
+                observation [T, K, *O], action [T, K, A], reward/terminated/
+                truncated/log_prob/value/truncation_value [T, K],
+                bootstrap_value [K]; where present env_failed [T, K] (failed
+                steps are left out of the losses) and, for
+                ``recompute_values``, bootstrap_observation [K, *O],
+                final_observation [R, K, *O] and final_observation_row [T, K];
+                for a recurrent network also initial_state [K, S] and
+                episode_start [T, K].
+            behaviour_version: the weight version that acted (None: the
+                weights of the last ``weight_arrays()``, or older ones; see
+                ``observation_stats`` and ``lag_correction``).
             progress: env steps trained on before this batch / the run's
                 budget (for ``learning_rate_schedule``).
         Returns:
             Scalar statistics averaged over the gradient steps taken, plus
-            learning_rate, clip_ratio, gradient_steps and, with ``target_kl``,
-            kl_early_stop (1.0 if the KL budget ended the iteration early).
+            learning_rate, clip_ratio, gradient_steps, failed_steps (steps
+            of the batch whose env failed, left out of the losses) and, with
+            ``target_kl``, kl_early_stop (1.0 if the KL budget ended the
+            iteration early).
         """
         learning_rate = self.step_size.learning_rate_at(progress)
         clip_ratio = self.step_size.clip_ratio_at(self.clip_ratio, progress)
@@ -310,33 +369,46 @@ class PPOLearner:
         # the episodes are cut from them, not from the device.
         host_starts = (torch.as_tensor(np.asarray(batch["episode_start"]))
                        if self.state_size else None)
-        obs = self._normalized_batch(np.asarray(batch["observation"]), t["observation"],
-                                     behaviour_version)  # [T, K, *O]
+        normalizer = self._batch_normalizer(np.asarray(batch["observation"]),
+                                            behaviour_version)
+        obs = t["observation"] if normalizer is None else normalizer.normalize(
+            t["observation"])  # [T, K, *O]
         layout = self.columns(T, K)
         values, proximal_log_prob, start_states = t["value"], None, None
+        ends = t
+        # Acted by these weights: pi_prox = mu, and the values are the learner's.
+        current = self._acted_by_current_weights(behaviour_version)
+        recompute = self.recompute_values and not current
+        proximal = self.lag_correction != "none" and not current
+        if self.lag_correction != "none" and current:
+            proximal_log_prob = t["log_prob"]
         with torch.no_grad():
             if self.state_size:  # one pass over the batch from the actors' states
                 dist, all_values, states = self.model.sequence(
                     obs, t["initial_state"], host_starts, keep_every=layout.L)
                 start_states = layout.start_states(states)
-                if self.recompute_values:
+                if recompute:
                     values = all_values.reshape(T, K)
-                if self.lag_correction != "none":
+                if proximal:
                     proximal_log_prob = dist.log_prob(
                         t["action"].reshape(T * K, -1)).reshape(T, K)
-            elif self.recompute_values or self.lag_correction != "none":
+            elif recompute or proximal:
                 log_prob, all_values = self.model.log_prob_and_value(
                     obs.reshape((T * K,) + tuple(obs.shape[2:])), t["action"].reshape(T * K, -1),
                     self.mini_batch_size if self.model.observation_spec.is_image else None)
-                if self.recompute_values:
+                if recompute:
                     values = all_values.reshape(T, K)
-                if self.lag_correction != "none":
+                if proximal:
                     proximal_log_prob = log_prob.reshape(T, K)
+            if recompute:
+                bootstrap_value, truncation_value = self._recomputed_ends(t, normalizer)
+                ends = {**t, "bootstrap_value": bootstrap_value,
+                        "truncation_value": truncation_value}
         rewards = t["reward"]  # [T, K]
         if self.reward_clip is not None:
             rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
         advantages, returns = advantages_and_returns(
-            rewards * self.reward_scale, values, t, self.gamma, self.gae_lambda,
+            rewards * self.reward_scale, values, ends, self.gamma, self.gae_lambda,
             log_rho=(proximal_log_prob - t["log_prob"]
                      if self.lag_correction.startswith("vtrace") else None),
             rho_bar=self.rho_bar, c_bar=self.c_bar,
@@ -346,6 +418,11 @@ class PPOLearner:
                    "advantages": col(advantages), "returns": col(returns)}
         if proximal_log_prob is not None:
             samples["proximal"] = col(proximal_log_prob)
+        failed = np.asarray(batch.get("env_failed", False))
+        valid = None  # the steps that are transitions (None: all)
+        if failed.any():
+            valid = ~t["env_failed"].bool()
+            samples["valid"] = col(valid)
         obs_columns = col(obs)
         starts = col(host_starts) if self.state_size else None  # [L, M] on the host
         # Statistics are summed on the device and read once, at the end.
@@ -378,7 +455,8 @@ class PPOLearner:
                                mb["advantages"], value, mb["returns"],
                                dist.entropy(), clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
-                               self.normalize_advantages, mb.get("proximal"), self.rho_bar)
+                               self.normalize_advantages, mb.get("proximal"), self.rho_bar,
+                               mb.get("valid"))
                 grad_norm = self._step.backward(self.model, self.optimizer, out.loss,
                                                 self.max_grad_norm)
                 finite = self._step.finite(out.loss, grad_norm)
@@ -400,7 +478,8 @@ class PPOLearner:
                                          + [grad_norm.detach()]).double()
                 totals = step_stats if totals is None else totals + step_stats
         # The iteration's one read: the sums, explained variance, action std.
-        extras = [explained_variance_of(values.reshape(-1), returns.reshape(-1))]
+        extras = [explained_variance_tensor(values.reshape(-1), returns.reshape(-1),
+                                            None if valid is None else valid.reshape(-1))]
         action_std = self.model.actor.action_std_tensor()
         if action_std is not None:
             extras.append(action_std.detach())
@@ -410,6 +489,7 @@ class PPOLearner:
                  for k, v in zip(keys + ["grad_norm"], read[:len(read) - len(extras)])}
         stats["skipped_updates"] = float(skipped)
         stats["explained_variance"] = read[len(read) - len(extras)]
+        stats["failed_steps"] = float(failed.sum())
         if action_std is not None:
             stats["action_std"] = read[-1]
         stats["gradient_steps"] = float(steps - skipped)

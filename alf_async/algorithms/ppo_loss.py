@@ -13,9 +13,23 @@ import torch
 TRUNCATION_TOLERANCE = 1e-5
 
 
-def normalize_advantages(advantages: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
-    """(A - mean(A)) / (std(A) + eps) over the minibatch; A [B]."""
-    return (advantages - advantages.mean()) / (advantages.std(unbiased=False) + epsilon)
+def masked_mean(x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """mean(x) over the samples of x [B] where ``valid`` [B] bool is True (all
+    when None); 0 when none is."""
+    if valid is None:
+        return x.mean()
+    return torch.where(valid, x, torch.zeros_like(x)).sum() / valid.sum().clamp(min=1)
+
+
+def normalize_advantages(advantages: torch.Tensor, epsilon: float = 1e-8,
+                         valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(A - mean(A)) / (std(A) + eps) over the minibatch; A [B] (mean and
+    population std over the samples ``valid`` [B] bool marks, if given)."""
+    if valid is None:
+        return (advantages - advantages.mean()) / (advantages.std(unbiased=False) + epsilon)
+    centred = advantages - masked_mean(advantages, valid)
+    std = masked_mean(centred * centred, valid).sqrt()
+    return centred / (std + epsilon)
 
 
 def clipped_surrogate_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
@@ -69,11 +83,15 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
              value_loss_weight: float = 0.5, entropy_coef: float = 1e-2,
              normalize_advantage: bool = True,
              proximal_log_prob: Optional[torch.Tensor] = None,
-             max_importance_weight: Optional[float] = None) -> PPOLossOutput:
+             max_importance_weight: Optional[float] = None,
+             valid: Optional[torch.Tensor] = None) -> PPOLossOutput:
     """PPO2 loss for a minibatch.
 
     loss = mean(policy_loss) + value_loss_weight * mean((V(s) - R)^2)
            - entropy_coef * mean(entropy)
+
+    (means, the advantages' normalization and the statistics over the samples
+    ``valid`` marks, if given).
 
     Args:
         log_prob: [B] log pi(a|s) under the current policy (sum over action dims).
@@ -86,6 +104,9 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             decoupled one (``decoupled_surrogate_loss``) and approx_kl /
             clip_fraction are measured against pi_prox.
         max_importance_weight: truncation of pi_prox / mu (decoupled only).
+        valid: [B] bool, the samples that are transitions (False: the env
+            failed at that step, ``value_ops``); None: all are. The others
+            count in no loss and no statistic.
 
     Statistics: policy_loss, value_loss, entropy, approx_kl, clip_fraction; with
     ``proximal_log_prob`` also importance_weight (mean pi_prox / mu),
@@ -97,18 +118,18 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     statistics the acting policy had not yet seen).
     """
     if normalize_advantage:
-        advantages = normalize_advantages(advantages)
+        advantages = normalize_advantages(advantages, valid=valid)
     if proximal_log_prob is None:
-        policy_loss = clipped_surrogate_loss(log_prob, old_log_prob, advantages,
-                                             clip_ratio).mean()
+        policy_loss = masked_mean(clipped_surrogate_loss(log_prob, old_log_prob, advantages,
+                                                         clip_ratio), valid)
         anchor = old_log_prob
     else:
-        policy_loss = decoupled_surrogate_loss(log_prob, proximal_log_prob, old_log_prob,
-                                               advantages, clip_ratio,
-                                               max_importance_weight).mean()
+        policy_loss = masked_mean(decoupled_surrogate_loss(
+            log_prob, proximal_log_prob, old_log_prob, advantages, clip_ratio,
+            max_importance_weight), valid)
         anchor = proximal_log_prob
-    value_loss = ((value - returns) ** 2).mean()
-    entropy_mean = entropy.mean()
+    value_loss = masked_mean((value - returns) ** 2, valid)
+    entropy_mean = masked_mean(entropy, valid)
     loss = policy_loss + value_loss_weight * value_loss - entropy_coef * entropy_mean
     with torch.no_grad():
         log_ratio = log_prob - anchor
@@ -117,22 +138,25 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             "policy_loss": policy_loss.detach(),
             "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(),
-            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "clip_fraction": ((ratio - 1.0).abs() > clip_ratio).float().mean(),
+            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
+            "clip_fraction": masked_mean(((ratio - 1.0).abs() > clip_ratio).float(), valid),
         }
         if proximal_log_prob is not None:
             log_weight = proximal_log_prob - old_log_prob
             weight = torch.exp(log_weight)
-            stats["importance_weight"] = weight.mean()
+            stats["importance_weight"] = masked_mean(weight, valid)
             # How far the behaviour policy is from the proximal one: an
             # estimate of KL(mu || pi_prox) from samples of mu, (w - 1) - log w.
-            stats["behaviour_kl"] = ((weight - 1.0) - log_weight).mean()
+            stats["behaviour_kl"] = masked_mean((weight - 1.0) - log_weight, valid)
             if max_importance_weight is not None:
                 # The share of samples whose pi_prox / mu the truncation cut
                 # (by more than float rounding: on-policy data, whose ratio is 1
                 # up to the last bits, counts as cut by none).
                 cut = weight > max_importance_weight * (1.0 + TRUNCATION_TOLERANCE)
-                stats["truncated_fraction"] = cut.float().mean()
+                stats["truncated_fraction"] = masked_mean(cut.float(), valid)
+                if valid is not None:
+                    weight = torch.where(valid, weight, torch.zeros_like(weight))
                 removed = weight - weight.clamp(max=max_importance_weight)
-                stats["truncated_weight"] = removed.sum() / weight.sum()
+                stats["truncated_weight"] = removed.sum() / weight.sum().clamp(
+                    min=torch.finfo(weight.dtype).tiny)
     return PPOLossOutput(loss, stats)

@@ -24,6 +24,9 @@ The rollout block (``worker_acting.rollout_specs``; T = unroll_length, K = num_e
 
 - observation [T + 1, K, *O]: row t the observation acted on at step t; the
   batch writes row t0 before a request, the worker row t + 1 after each step;
+- final_observation [R, K, *O] and final_observation_row [T, K] int8: the
+  final observations of time-limit truncations, as in a trajectory
+  (``runtime.trajectory``);
 - action [T, K, A], log_prob, value, reward, truncation_value [T, K] float32
   (truncation_value: V(final observation) where truncated, else 0);
 - terminated, truncated, env_failed, life_lost [T, K] bool;
@@ -147,6 +150,7 @@ class ActingWorkers:
         env, r, T = self.env, self.block.arrays, self.unroll_length
         r["progress"][:] = 0
         r["act_s"][:] = 0.0
+        r["final_observation"][:] = 0  # rows no truncation fills stay 0
         r["observation"][0] = env.arrays["observation"]
         pending: Dict[int, Tuple[int, float]] = {}  # position -> (progress, when it moved)
         failures: List[Tuple[int, str]] = []
@@ -203,6 +207,7 @@ class ActingWorkers:
         r["env_failed"][t, envs] = True
         r["life_lost"][t, envs] = False
         r["truncation_value"][t, envs] = self.policy.value(obs)
+        r["final_observation_row"][t, envs] = -1  # a failed step: no final observation
         failures += env._replace_worker(position, error)
         r["observation"][t + 1, envs] = env.arrays["observation"][envs]
         r["progress"][envs] = t + 1

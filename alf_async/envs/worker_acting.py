@@ -12,13 +12,14 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from alf_async.envs.env_group import EnvGroup
+from alf_async.envs.final_observations import FINAL_OBSERVATION_ROWS, keep_final_observations
 from alf_async.envs.spaces import ObservationSpec
 from alf_async.envs.worker_protocol import EnvCommand
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays
 
 # The columns a rollout shares with a trajectory ([T, K, ...]; observation has T + 1 rows).
 ROLLOUT_COLUMNS = ("observation", "action", "log_prob", "value", "reward", "terminated",
-                   "truncated", "truncation_value")
+                   "truncated", "truncation_value", "env_failed", "final_observation_row")
 
 # The commands an env worker hands to its ``WorkerActing``.
 ACTING_COMMANDS = frozenset((EnvCommand.ACT_SETUP, EnvCommand.ACT_WEIGHTS,
@@ -34,6 +35,9 @@ def rollout_specs(unroll_length: int, num_envs: int, observation: ObservationSpe
     t, k = unroll_length, num_envs
     return {
         "observation": ArraySpec((t + 1, k) + observation.shape, observation.dtype),
+        "final_observation": ArraySpec((FINAL_OBSERVATION_ROWS, k) + observation.shape,
+                                       observation.dtype),
+        "final_observation_row": ArraySpec((t, k), "int8"),
         "action": ArraySpec((t, k, action_dim), "float32"),
         "log_prob": ArraySpec((t, k), "float32"),
         "value": ArraySpec((t, k), "float32"),
@@ -110,6 +114,9 @@ class WorkerActing:
                     truncation_value[idx] = policy.value(a["final_observation"][envs[idx]])
                     act_s += time.perf_counter() - start
                 r["truncation_value"][t, envs] = truncation_value
+                keep_final_observations(r["final_observation"], r["final_observation_row"], t,
+                                        envs, truncated & ~a["env_failed"][envs],
+                                        a["final_observation"][envs])
                 r["observation"][t + 1, envs] = a["observation"][envs]
             r["progress"][self.group.indices] = t + 1
         r["act_s"][self.group.indices[0]] = act_s

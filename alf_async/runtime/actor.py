@@ -16,6 +16,7 @@ import numpy as np
 
 from alf_async.envs.acting_workers import ActingWorkers
 from alf_async.envs.batched_env import BatchedEnv
+from alf_async.envs.final_observations import keep_final_observations
 from alf_async.envs.worker_acting import ROLLOUT_COLUMNS
 from alf_async.runtime import messages
 from alf_async.runtime.policy import (PolicyFactory, explores_per_env, has_sampling_streams,
@@ -144,15 +145,17 @@ class Actor:
         recurrent = self.state_size > 0
         num_groups = len(env.splits)
         ready_order = has_sampling_streams(policy)
+        env_ids = [np.arange(self.settings.num_envs)[envs] for envs in env.splits]
+        group_sizes = [len(ids) for ids in env_ids]
         # per group: the envs' indices (a policy that keeps exploration noise
         # per env) and the sampling stream
         call_args = [{} for _ in env.splits]
-        for group, envs in enumerate(env.splits):
+        for group in range(len(env.splits)):
             if explores_per_env(policy):
-                call_args[group]["env_ids"] = np.arange(self.settings.num_envs)[envs]
+                call_args[group]["env_ids"] = env_ids[group]
             if ready_order:
                 call_args[group]["stream"] = group
-        group_sizes = [len(range(self.settings.num_envs)[envs]) for envs in env.splits]
+        out["final_observation"][:] = 0  # rows no truncation fills stay 0
         if recurrent:
             out["initial_state"][:] = state
             out["episode_start"][0] = self._episode_start
@@ -200,6 +203,10 @@ class Actor:
                 else:
                     truncation_value[idx] = policy.value(result.final_observation[idx])
             out["truncation_value"][t, envs] = truncation_value
+            out["env_failed"][t, envs] = result.env_failed  # not a transition
+            keep_final_observations(out["final_observation"], out["final_observation_row"], t,
+                                    env_ids[group], result.truncated & ~result.env_failed,
+                                    result.final_observation)
             if recurrent:
                 ended = result.terminated | result.truncated
                 state[envs] *= ~ended[:, None]
@@ -211,12 +218,12 @@ class Actor:
                 done = done.reshape(done.shape + (1,) * (result.observation.ndim - 1))
                 next_obs[t, envs] = np.where(done, result.final_observation,
                                              result.observation)
-                out["env_failed"][t, envs] = result.env_failed  # not a transition
             obs[envs] = result.observation
             timing["inference"] += time.perf_counter() - t1
             if t < last:
                 act_and_send(group, t + 1)
         t0 = time.perf_counter()
+        out["bootstrap_observation"][:] = obs
         out["bootstrap_value"][:] = policy.value(obs, state) if recurrent else policy.value(obs)
         timing["inference"] += time.perf_counter() - t0
         self._observation = obs
@@ -242,7 +249,9 @@ class Actor:
         last = self.settings.unroll_length
         for name in ROLLOUT_COLUMNS:
             out[name][:] = rollout[name][:last]
+        out["final_observation"][:] = rollout["final_observation"]
         self._observation = rollout["observation"][last].copy()
+        out["bootstrap_observation"][:] = self._observation
         out["bootstrap_value"][:] = self.policy.value(self._observation)
         self.unroll_steps = 0
         return messages.UnrollRecord(time.perf_counter() - start, inference_s, env_s,

@@ -13,6 +13,15 @@ One trajectory is an unroll of T steps on K envs (time-major):
 | value            | [T, K]     | float32 | V(s_t) of the behaviour value network       |
 | truncation_value | [T, K]     | float32 | V(final obs) where truncated, else 0        |
 | bootstrap_value  | [K]        | float32 | V(s_T) after the last step                  |
+| env_failed       | [T, K]     | bool    | the env failed at t and was recreated: not  |
+|                  |            |         | a transition (reward 0, truncated)          |
+| bootstrap_observation | [K, *O] | O's   | s_T, the observation after the last step    |
+| final_observation | [R, K, *O] | O's    | the final observations of env k's first R   |
+|                  |            |         | time-limit truncations in the unroll (rows  |
+|                  |            |         | no truncation fills are 0)                  |
+| final_observation_row | [T, K] | int8   | the row of final_observation holding the    |
+|                  |            |         | final observation of step t (truncated, not |
+|                  |            |         | failed, among env k's first R), else -1     |
 | next_observation | [T, K, *O] | O's     | s_{t+1}, the final observation where the    |
 |                  |            |         | episode ended at t (off-policy runs only)   |
 | initial_state    | [K, S]     | float32 | recurrent policies only (S > 0): the state  |
@@ -22,6 +31,13 @@ One trajectory is an unroll of T steps on K envs (time-major):
 
 *O and O's dtype: the env's ``ObservationSpec`` ([O] float32 for a vector; an
 image keeps its shape, and uint8 frames stay uint8: 1 byte a pixel, not 4).
+
+The bootstrap and final observations let a learner recompute the bootstrap and
+truncation values with its own value network (``PPOLearner.recompute_values``)
+without a second [T, K, *O] array: R = ``FINAL_OBSERVATION_ROWS`` final
+observations per env and unroll (``envs.final_observations``), the extra
+observation memory being (1 + R) / T of the observations'. A truncation past
+env k's first R (or a failed step) keeps the actor's truncation value.
 
 The policy version that acted, timings and finished episodes travel in the small
 message that announces the batch (``runtime.messages``).
@@ -36,6 +52,7 @@ from typing import Dict, Optional, Union
 
 import numpy as np
 
+from alf_async.envs.final_observations import FINAL_OBSERVATION_ROWS
 from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.utils.shared_memory import ArraySpec, SharedArrays, SharedBlockHolder
 
@@ -48,6 +65,8 @@ _FIELDS = {
     "log_prob": ((), "float32"),
     "value": ((), "float32"),
     "truncation_value": ((), "float32"),
+    "env_failed": ((), "bool"),
+    "final_observation_row": ((), "int8"),
 }
 
 
@@ -71,10 +90,12 @@ def trajectory_specs(unroll_length: int, num_envs: int,
             tail = (action_dim,) if extra == "act" else extra
         specs[name] = ArraySpec(lead + (unroll_length, num_envs) + tuple(tail), dtype)
     specs["bootstrap_value"] = ArraySpec(lead + (num_envs,), "float32")
+    specs["bootstrap_observation"] = ArraySpec(lead + (num_envs,) + obs.shape, obs.dtype)
+    specs["final_observation"] = ArraySpec(
+        lead + (FINAL_OBSERVATION_ROWS, num_envs) + obs.shape, obs.dtype)
     if next_observation:
         specs["next_observation"] = ArraySpec(
             lead + (unroll_length, num_envs) + obs.shape, obs.dtype)
-        specs["env_failed"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
     if state_size > 0:
         specs["initial_state"] = ArraySpec(lead + (num_envs, state_size), "float32")
         specs["episode_start"] = ArraySpec(lead + (unroll_length, num_envs), "bool")
