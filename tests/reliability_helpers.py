@@ -153,15 +153,17 @@ class TrainRun:
         params: --gin_param bindings.
         gin_file: --gin_file (None resumes from the run's saved config).
         log_path: where the run's stdout and stderr go.
+        flags: further flags of the train command (``--allow_config_change``).
     """
 
     def __init__(self, root_dir: str, params: Sequence[str] = (),
-                 gin_file: Optional[str] = DEMO_GIN, log_path: Optional[str] = None):
+                 gin_file: Optional[str] = DEMO_GIN, log_path: Optional[str] = None,
+                 flags: Sequence[str] = ()):
         self.root_dir = str(root_dir)
         self.cmd = [sys.executable, "-m", "alf_async.bin.train", f"--root_dir={root_dir}"]
         if gin_file:
             self.cmd.append(f"--gin_file={gin_file}")
-        self.cmd += [f"--gin_param={p}" for p in params]
+        self.cmd += [f"--gin_param={p}" for p in params] + list(flags)
         self.log_path = log_path or os.path.join(self.root_dir + ".log")
         self.seen: Dict[int, float] = {}  # pid -> create_time of every descendant
         self.services: Set[int] = set()  # multiprocessing's forkserver and tracker

@@ -158,10 +158,10 @@ def _train(args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
-def _refused_here(root, gin_files, params, capsys):
+def _refused_here(root, gin_files, params, capsys, **options):
     """(exit status, stderr) of the train command's body run in this process,
     for runs refused before anything starts."""
-    rc = train_in_this_process(str(root), gin_files, params)
+    rc = train_in_this_process(str(root), gin_files, params, **options)
     return rc, capsys.readouterr().err
 
 
@@ -374,8 +374,13 @@ def test_a_checkpoint_that_does_not_fit_the_networks_is_refused_naming_it(dot_ru
 
     run = tmp_path / "run"
     shutil.copytree(dot_run, run)
-    rc, err = _refused_here(run, [], ["ImageEncoder.architecture='impala'",
-                                      "Trainer.num_env_steps=20000"], capsys)
+    params = ["ImageEncoder.architecture='impala'", "Trainer.num_env_steps=20000"]
+    # The resume check names the changed network setting first ...
+    rc, err = _refused_here(run, [], params, capsys)
+    assert rc == 2, err[-3000:]
+    assert "ImageEncoder.architecture: 'small' -> 'impala'" in err, err[-3000:]
+    # ... and a resume that allows the change is refused by the checkpoint.
+    rc, err = _refused_here(run, [], params, capsys, allow_config_change=True)
     assert rc == 2, err[-3000:]
     assert "Traceback" not in err
     assert "does not fit this run's networks" in err

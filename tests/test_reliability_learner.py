@@ -41,7 +41,9 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
 
     params = small_params("Trainer.checkpoint_interval=1", "PPOLearner.reward_scale=1e39",
                           "PPOLearner.max_skipped_updates=0", iterations=10)
-    with TrainRun(root, params) as run:
+    # The resume changes what the run learns on purpose (a reward scale that
+    # overflows the loss), which the resume check allows only when asked.
+    with TrainRun(root, params, flags=["--allow_config_change"]) as run:
         rc = run.wait(180)
         run.assert_clean()
         out = run.output()

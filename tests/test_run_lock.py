@@ -124,3 +124,22 @@ def test_a_sweep_never_starts_a_run_whose_directory_is_locked(tmp_path):
     assert "not started" in output and f"pid {os.getpid()}" in output, output[-3000:]
     assert not (run_dir / "train_output.txt").exists()
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_run_refused_before_it_starts_leaves_nothing_behind(tmp_path):
+    """Bad input: the lock file goes, and the directory the lock made."""
+    fresh = tmp_path / "new_run"
+    lock = RunLock(str(fresh))
+    lock.acquire()
+    lock.discard()
+    assert not fresh.exists()
+    existing = tmp_path / "old_run"
+    existing.mkdir()
+    (existing / "metrics.jsonl").write_text("{}\n")
+    lock = RunLock(str(existing))
+    lock.acquire()
+    lock.discard()
+    assert sorted(os.listdir(existing)) == ["metrics.jsonl"]
+    again = RunLock(str(existing))  # the lock file is made anew
+    assert again.acquire() is None
+    again.release()

@@ -194,7 +194,7 @@ def prepare_run(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequen
                      if [os.path.abspath(f) for f in gin_files] == [saved] else [])
         trainer = Trainer(root_dir=root_dir, run_lock=lock)
     except BaseException:
-        lock.release()
+        lock.discard()  # nothing of a run that did not start stays behind
         raise
     new_config = (os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1
                   or bool(gin_params))

@@ -12,9 +12,12 @@ training on the same directory can name the holder.
   process that ended without releasing it (SIGKILL, a lost machine): the lock
   is taken over and ``acquire`` returns that record (``LockHolder``) so that the
   caller logs the takeover.
-- ``release()`` empties the record and drops the OS lock. The file itself stays:
-  unlinking it would let a process that opened the old file before the unlink
-  and one that creates a new file both hold "the" lock.
+- ``release()`` empties the record and drops the OS lock; the file stays.
+  ``discard()`` (a run refused before it started) removes the lock file, and
+  the run directory if ``acquire`` made it and it is empty, so bad input
+  leaves nothing behind. A lock taken on a file removed meanwhile is let go
+  and the current file locked instead (its inode is checked), so two
+  processes never both hold one directory.
 - ``holder(root_dir)`` tells, without keeping anything, whether a live process
   holds the directory (for sweeps, which never start a run whose directory is
   locked).
@@ -108,6 +111,7 @@ class RunLock:
         self.root_dir = os.path.abspath(root_dir)
         self.path = os.path.join(self.root_dir, LOCK_FILE)
         self._fd: Optional[int] = None
+        self.created_dir = False  # acquire() made the run directory
         # The record of a dead holder whose lock ``acquire`` took over.
         self.taken_over: Optional[LockHolder] = None
 
@@ -124,12 +128,10 @@ class RunLock:
         """
         if self._fd is not None:
             return None
+        self.created_dir = not os.path.isdir(self.root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
-        fd = _open(self.root_dir)
+        fd = self._open_locked()
         try:
-            if not _lock_exclusive(fd):
-                holder = _read_holder(fd)
-                raise RunLockedError(self._locked_message(holder), holder) from None
             previous = _read_holder(fd)
             record = {"pid": os.getpid(), "host": socket.gethostname(),
                       "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -145,6 +147,43 @@ class RunLock:
         self._fd = fd
         self.taken_over = previous
         return previous
+
+    def _open_locked(self) -> int:
+        """The lock file, open and locked. A holder may remove the file before
+        it releases it (``discard``): a lock taken on the removed file is let
+        go and the file opened anew, so that two processes never both hold
+        "the" lock of one directory."""
+        while True:
+            fd = _open(self.root_dir)
+            if not _lock_exclusive(fd):
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunLockedError(self._locked_message(holder), holder)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # locked the removed file: open the current one
+
+    def discard(self) -> None:
+        """Release the lock of a run that did not start (bad input), removing
+        what ``acquire`` created: the lock file, and the run directory if
+        ``acquire`` created it and nothing else is in it."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.unlink(self.path)  # while still holding it (see _open_locked)
+        except OSError:
+            pass
+        os.close(fd)
+        if self.created_dir:
+            try:
+                os.rmdir(self.root_dir)
+            except OSError:
+                pass  # not empty: something else is in it now
 
     def release(self) -> None:
         """Empty the record and drop the lock (safe to call twice)."""
