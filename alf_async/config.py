@@ -47,6 +47,7 @@ CONFIGURABLE_MODULES = (
     "alf_async.algorithms.policy",
     "alf_async.checkpoint",
     "alf_async.metrics",
+    "alf_async.kl_watch",
     "alf_async.settings",
     "alf_async.ray_settings",
 )

@@ -44,6 +44,7 @@ RESUMABLE = (
     "Trainer.max_actor_restarts", "Trainer.actor_timeout_s", "Trainer.fatal_env_errors",
     "Trainer.max_trajectory_memory_gb", "Trainer.learner_num_threads",
     "Replay.max_replay_memory_gb", "MetricsRecorder.*", "Checkpointer.*", "RayBackend.*",
+    "KLWatch.*",
     "PPOLearner.device", "SACLearner.device",
 )
 

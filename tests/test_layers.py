@@ -27,7 +27,7 @@ LAYERS = {
     "settings": 1, "config": 1, "config_changes": 1,
     "envs": 2, "networks": 3,
     "runtime": 3,
-    "algorithms": 4, "iteration_record": 4,
+    "algorithms": 4, "iteration_record": 4, "kl_watch": 4,
     "checkpoint": 5, "metrics": 5, "resources": 5, "signals": 5, "hogwild": 5,
     "env_failure_log": 5,
     "training": 6,

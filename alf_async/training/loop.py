@@ -17,11 +17,13 @@ modules (tests/test_layers.py checks this).
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Mapping, Optional, Protocol
 
 from alf_async.iteration_record import NAN, IterationRecord
+from alf_async.kl_watch import KLWatch
 from alf_async.metrics import MetricsRecorder
 from alf_async.settings import TrainerSettings
 from alf_async.signals import GracefulStop
@@ -53,6 +55,9 @@ class RunContext:
     _first_iteration: int = 0
     _clock_start: float = 0.0
     _wall_at_start: float = 0.0
+    # Warns when the policy moves too far per iteration, several in a row
+    # (``kl_watch``; gin's ``KLWatch.*``).
+    _kl_watch: KLWatch = field(default_factory=KLWatch)
 
     def budget_reached(self) -> bool:
         """Whether the iteration or env-step budget is reached."""
@@ -92,6 +97,9 @@ class RunContext:
             **fields))
         if self.evaluation is not None:
             self.evaluation.after_iteration(c, self.metrics)
+        warning = self._kl_watch.observe(iteration, record.learner)
+        if warning:
+            logging.getLogger("alf_async").warning("%s", warning)
         return record
 
     def console(self, record: IterationRecord, force: bool = False) -> None:
