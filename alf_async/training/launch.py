@@ -31,7 +31,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 from alf_async.config_changes import CHANGES_FILE, ConfigChange
 from alf_async.utils.files import write_text
-from alf_async.utils.run_lock import LockHolder, RunLock
+from alf_async.utils.run_lock import RunLock
 from alf_async.utils.validation import ConfigError
 
 RUN_CONFIG = "config.gin"
@@ -60,8 +60,8 @@ class PreparedRun:
         config_text: the parsed config (``gin.config_str()``), for config.gin.
         new_config: the config differs from the run's saved config.gin (other
             files or bindings), so ``save_run_config`` writes it.
-        lock: the run directory's lock, held until ``release()``.
-        taken_over: the record of a dead holder whose lock was taken over.
+        lock: the run directory's lock, held until ``release()`` (with the
+            record of a dead holder it took over, ``takeover_note()``).
         changes: the bindings a resume changed (empty for a new run).
         checkpoint: the checkpoint a resume starts from (None: a new run).
         forced: the changes include refused ones, allowed by
@@ -75,7 +75,6 @@ class PreparedRun:
     config_text: str
     new_config: bool
     lock: RunLock
-    taken_over: Optional[LockHolder] = None
     changes: List[ConfigChange] = dataclasses.field(default_factory=list)
     checkpoint: Optional[str] = None
     forced: bool = False
@@ -162,7 +161,7 @@ def prepare_run(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequen
         raise RunDirError(problem)
     lock = RunLock(root_dir)
     try:
-        taken_over = lock.acquire()  # before anything of the run is read
+        lock.acquire()  # before anything of the run is read
     except OSError as e:
         raise RunDirError(f"the run could not start: could not write {lock.path}: "
                           f"{e.strerror or e}; make {root_dir} writable or free space "
@@ -198,8 +197,8 @@ def prepare_run(root_dir: str, gin_files: Sequence[str] = (), gin_params: Sequen
         raise
     new_config = (os.path.abspath(gin_files[0]) != saved or len(gin_files) > 1
                   or bool(gin_params))
-    return PreparedRun(trainer, root_dir, config_text, new_config, lock, taken_over,
-                       changes, checkpoint, bool(refused), fallbacks)
+    return PreparedRun(trainer, root_dir, config_text, new_config, lock, changes,
+                       checkpoint, bool(refused), fallbacks)
 
 
 def _resume_changes(checkpoint: Optional[str], saved: str, gin_files: Sequence[str],
@@ -227,10 +226,8 @@ def announce_run(run: PreparedRun, logger: logging.Logger) -> None:
 
     for line in run.device_fallbacks:
         logger.warning("%s", line)
-    if run.taken_over is not None:
-        logger.warning("took over the lock of %s left by %s, which no longer holds it "
-                       "(it ended without releasing it: killed, or its machine was lost)",
-                       run.root_dir, run.taken_over.describe())
+    if run.lock.takeover_note():
+        logger.warning("%s", run.lock.takeover_note())
     if not run.changes:
         return
     for change in run.changes:

@@ -173,9 +173,8 @@ class Trainer:
         if self._run_lock is not None and self._run_lock.held:
             return self._train_in_locked_dir()
         with RunLock(self.root_dir) as lock:
-            if lock.taken_over is not None:
-                logger.warning("took over the lock of %s left by %s, which no longer "
-                               "holds it", self.root_dir, lock.taken_over.describe())
+            if lock.takeover_note():
+                logger.warning("%s", lock.takeover_note())
             return self._train_in_locked_dir()
 
     def _train_in_locked_dir(self) -> Dict[str, float]:

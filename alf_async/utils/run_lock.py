@@ -148,6 +148,15 @@ class RunLock:
         self.taken_over = previous
         return previous
 
+    def takeover_note(self) -> Optional[str]:
+        """The log line of a lock ``acquire`` took over from a dead holder
+        (None when it took a free, clean one)."""
+        if self.taken_over is None:
+            return None
+        return (f"took over the lock of {self.root_dir} left by "
+                f"{self.taken_over.describe()}, which no longer holds it (it ended "
+                "without releasing it: killed, or its machine was lost)")
+
     def _open_locked(self) -> int:
         """The lock file, open and locked. A holder may remove the file before
         it releases it (``discard``): a lock taken on the removed file is let
