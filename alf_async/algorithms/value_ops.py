@@ -202,9 +202,3 @@ def explained_variance_tensor(predicted: torch.Tensor, target: torch.Tensor,
     var_target = torch.var(target, unbiased=False)
     ev = 1.0 - torch.var(target - predicted, unbiased=False) / var_target
     return torch.where(var_target == 0, torch.full_like(ev, float("nan")), ev)
-
-
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor,
-                       valid: Optional[torch.Tensor] = None) -> float:
-    """``explained_variance_tensor`` as a float."""
-    return float(explained_variance_tensor(predicted, target, valid))
