@@ -23,11 +23,16 @@ Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
 {...}}}, "seed_ratios": {env: {seed: {threshold: [steps ratio, time ratio] or
 "async only" / "sync only" / null}}}, "seed_spread": {env: {mode: {threshold:
 {"max": largest env-step ratio between two seeds, "pairs": ..., "above_1.3":
-...}}}}, "figures": [...]}.
+...}}}}, "figures": [...]}. The same three keys
+prefixed "training_" read the thresholds on the training return (the mean of
+the last 100 training episodes) instead of the deterministic evaluations; the
+policy's action std and entropy along each run are in its results line
+("policy_width") and in the report's width table.
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
 Report:     python -m bench.suite --table --results docs/suite/results.jsonl --plot_dir docs/suite
+            (--reanalyse --root_dir runs/suite: figures read again from the runs)
             (the runs of the configs as shipped; --results A.jsonl,B.jsonl reads several)
 Smoke run:  python -m bench.suite --root_dir /tmp/suite --envs hopper --seeds 0 \\
                 --max_env_steps 8192 --eval_interval 4096 --eval_episodes 2 \\
@@ -44,8 +49,8 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from bench import benchlib
-from bench.suite_report import (CHECKPOINTS, MODES, ZOO_PPO_SCORES, eval_at,
-                                first_at_or_above, report, threshold_scores)
+from bench.suite_report import (CHECKPOINTS, MODES, WIDTH_CHECKPOINTS, ZOO_PPO_SCORES,
+                                eval_at, first_at_or_above, report, threshold_scores)
 
 logger = logging.getLogger("bench")
 
@@ -70,6 +75,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "as one")
     p.add_argument("--table", action="store_true",
                    help="report --results and exit (nothing is run)")
+    p.add_argument("--reanalyse", action="store_true",
+                   help="read each result's figures again from its run directory under "
+                        "--root_dir, where it is still there (results written by an older "
+                        "bench lack the training-return curve and the policy width)")
     p.add_argument("--plot_dir", default=None, help="write suite_<env>.png figures here")
     p.add_argument("--gin_param", action="append", default=[],
                    help="extra binding for every run (repeatable)")
@@ -106,6 +115,13 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
         result[f"wall_s_to_{name}"] = hit[1] if hit else None
     for steps in CHECKPOINTS:
         result[f"eval_at_{steps // 1_000_000}M"] = eval_at(evals, steps)
+    # the console's training return (mean of the last 100 episodes) per row
+    result["training"] = [[r["env_steps"], r["wall_time"], r["episode_return"]]
+                          for r in rows if r.get("episode_return") is not None]
+    result["policy_width"] = [
+        [steps, row.get("action_std"), row.get("entropy")]
+        for steps, row in ((steps, next((r for r in rows if r["env_steps"] >= steps), None))
+                           for steps in WIDTH_CHECKPOINTS) if row is not None]
     last = rows[-1] if rows else {}
     result["total_env_steps"] = last.get("env_steps")
     result["total_wall_s"] = last.get("wall_time")
@@ -113,6 +129,16 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
                                  if last.get("wall_time") else None)
     result["final_eval_return"] = evals[-1]["eval_return"] if evals else None
     return result
+
+
+def reanalysed(result: Dict[str, Any], root_dir: str) -> Dict[str, Any]:
+    """``result`` with its figures read again from its run directory
+    ``root_dir/<env>_<mode>_s<seed>`` (unchanged if that is gone)."""
+    run_dir = os.path.join(os.path.abspath(root_dir),
+                           f"{result['env']}_{result['mode']}_s{result['seed']}")
+    if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        return result
+    return {**result, **analyse_run(result["env"], result["mode"], result["seed"], run_dir)}
 
 
 def one_run(env: str, mode: str, seed: int, args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -156,6 +182,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         with open(args.results, "a", encoding="utf-8") as f:
                             f.write(json.dumps(result) + "\n")
     results = [row for path in args.results_files for row in benchlib.read_jsonl(path)]
+    if args.reanalyse:
+        results = [reanalysed(row, args.root_dir) for row in results]
     benchlib.emit({"bench": "suite",
                    "results": ",".join(os.path.abspath(f) for f in args.results_files),
                    **report(results, args.plot_dir), **benchlib.machine_info()})

@@ -8,8 +8,13 @@ score and 90% of it) as medians over the seeds that got there; per seed run in
 both modes, async's env steps and time to each threshold over sync's (issue
 24's lag targets are stated per seed); and the seed-to-seed spread of one
 config (each run against every other seed's run of the same env and mode),
-the ratio a per-seed target has to be read against. Figures: eval return
-against env steps and against training time, one per env.
+the ratio a per-seed target has to be read against. The thresholds are read
+twice: on the deterministic evaluations (``evaluations``) and on the training
+return a user watches on the console (``training``: the mean return of the
+last 100 training episodes, each metrics row's ``episode_return``). The width
+of the policy (``policy_width``: action std and entropy at WIDTH_CHECKPOINTS)
+is tabled per run. Figures: eval return against env steps and against
+training time, one per env.
 
 The zoo's numbers (DLR-RM/rl-baselines3-zoo, benchmark.md, PPO, 2M env steps,
 deterministic evaluation of the final agent over 150k env steps):
@@ -35,6 +40,10 @@ ZOO_PPO_SCORES: Dict[str, tuple] = {
 MODES = ("sync", "async")
 CHECKPOINTS = (1_000_000, 2_000_000)  # env steps the eval return is reported at
 FIXED_THRESHOLDS = (1000, 1500, 2000, 2500)  # eval returns reported beside the zoo's
+# the curves a threshold is read on: key of a result -> what its returns are
+CURVES = {"evaluations": "deterministic eval return",
+          "training": "training return (mean of the last 100 episodes)"}
+WIDTH_CHECKPOINTS = (250_000, 500_000, 1_000_000, 1_500_000, 2_000_000)  # env steps
 
 
 def first_at_or_above(points: Sequence[Sequence[float]], score: float
@@ -69,8 +78,11 @@ def threshold_table_head(env: str, title: str, first_column: str) -> tuple:
                    + " |", "|---|" + "---:|" * len(labels)]
 
 
-def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """env -> mode -> medians, ranges and reach counts over the seeds."""
+def summarize(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
+              ) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """env -> mode -> medians, ranges and reach counts over the seeds, the
+    thresholds read on ``curve`` (a key of CURVES; runs without it are left
+    out of the thresholds)."""
     summary: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for env in ZOO_PPO_SCORES:
         for mode in MODES:
@@ -83,9 +95,9 @@ def summarize(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str
                 entry[key] = benchlib.mean(values) if values else None
                 entry[key + "_range"] = [min(values), max(values)] if values else None
             for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-                # from each run's evaluations [env steps, wall s, return], so
+                # from each run's curve [env steps, wall s, return], so
                 # that results written before a threshold was added count too
-                hits = [first_at_or_above(r["evaluations"], score) for r in runs]
+                hits = [first_at_or_above(r[curve], score) for r in runs if curve in r]
                 steps = [h[0] for h in hits if h is not None]
                 walls = [h[1] for h in hits if h is not None]
                 entry[f"reached_{name}"] = len(steps)
@@ -116,16 +128,17 @@ def _ratio(num: Optional[float], den: Optional[float]) -> str:
     return "-" if num is None or den is None or not den else f"{num / den:.2f}"
 
 
-def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
+def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]],
+                    curve: str = "evaluations") -> str:
     """One table per env: rows sync / async, and async / sync where both have
-    the figure."""
+    the figure; thresholds on ``curve``."""
     out = []
     for env, modes in summary.items():
         env_id, zoo = ZOO_PPO_SCORES[env]
         names = [name for name, _ in threshold_scores(zoo)]
         labels = [f"to {t}" for t in FIXED_THRESHOLDS] + [f"to {zoo:.0f} (zoo)",
                                                           f"to {0.9 * zoo:.0f} (90%)"]
-        out += [f"### {env_id} (zoo PPO: {zoo:.0f})", "",
+        out += [f"### {env_id} (zoo PPO: {zoo:.0f}), thresholds on the {CURVES[curve]}", "",
                 "| mode | eval at 1M | eval at 2M | " + " | ".join(labels) + " | env steps/s |",
                 "|---|---:|---:|" + "---:|" * len(labels) + "---:|"]
         for mode, e in modes.items():
@@ -147,7 +160,7 @@ def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
     return "\n".join(out)
 
 
-def seed_ratios(results: Sequence[Dict[str, Any]]
+def seed_ratios(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
                 ) -> Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]]:
     """env -> seed -> threshold name -> (async / sync env steps, async / sync
     training seconds) to that threshold, for the seeds run in both modes;
@@ -156,15 +169,16 @@ def seed_ratios(results: Sequence[Dict[str, Any]]
     above 1.3x) are read per seed from this."""
     ratios: Dict[str, Dict[int, Dict[str, Union[None, str, tuple]]]] = {}
     for env in ZOO_PPO_SCORES:
-        by_mode = {(r["mode"], r["seed"]): r for r in results if r["env"] == env}
+        by_mode = {(r["mode"], r["seed"]): r for r in results
+                   if r["env"] == env and curve in r}
         for seed in sorted({seed for mode, seed in by_mode}):
             if ("sync", seed) not in by_mode or ("async", seed) not in by_mode:
                 continue
             sync, async_ = by_mode[("sync", seed)], by_mode[("async", seed)]
             cells: Dict[str, Union[None, str, tuple]] = {}
             for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-                s = first_at_or_above(sync["evaluations"], score)
-                a = first_at_or_above(async_["evaluations"], score)
+                s = first_at_or_above(sync[curve], score)
+                a = first_at_or_above(async_[curve], score)
                 if s is None or a is None:
                     cells[name] = (None if s is None and a is None
                                    else "async only" if s is None else "sync only")
@@ -180,19 +194,21 @@ def _seed_cell(cell: Union[None, str, tuple]) -> str:
     return f"{cell[0]:.2f} steps, {cell[1]:.2f} time"
 
 
-def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
+def seed_ratio_tables(results: Sequence[Dict[str, Any]], curve: str = "evaluations") -> str:
     """Markdown: per env, one row per seed run in both modes, async / sync
-    env steps and time to each threshold."""
+    env steps and time to each threshold of ``curve``."""
     out = []
-    for env, seeds in seed_ratios(results).items():
-        names, head = threshold_table_head(env, "async / sync per seed", "seed")
+    for env, seeds in seed_ratios(results, curve).items():
+        names, head = threshold_table_head(env, f"async / sync per seed, {CURVES[curve]}",
+                                           "seed")
         out += head
         for seed, cells in seeds.items():
             out.append(f"| {seed} | " + " | ".join(
                 _seed_cell(cells[n]) for n in names) + " |")
         out.append("")
     if out:
-        out.append("Per seed: env steps and training time to the first evaluation at or above "
+        out.append("Per seed: env steps and training time to the first point (evaluation or "
+                   "metrics row) at or above "
                    "each return, async's over sync's; \"async only\" / \"sync only\": the "
                    "other run never got there; -: neither did.")
     return "\n".join(out)
@@ -201,7 +217,7 @@ def seed_ratio_tables(results: Sequence[Dict[str, Any]]) -> str:
 SPREAD_LIMIT = 1.3  # the per-seed bound of issue 24's lag target
 
 
-def seed_spread(results: Sequence[Dict[str, Any]]
+def seed_spread(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
                 ) -> Dict[str, Dict[str, Dict[str, Dict[str, Any]]]]:
     """env -> mode -> threshold name -> the seed-to-seed spread of one config:
     over every ordered pair (a, b) of its seeds that both reached the
@@ -214,12 +230,13 @@ def seed_spread(results: Sequence[Dict[str, Any]]
     spread: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
     for env, (_, zoo) in ZOO_PPO_SCORES.items():
         for mode in MODES:
-            runs = [r for r in results if r["env"] == env and r["mode"] == mode]
+            runs = [r for r in results
+                    if r["env"] == env and r["mode"] == mode and curve in r]
             if len(runs) < 2:
                 continue
             cells: Dict[str, Dict[str, Any]] = {}
             for name, score in threshold_scores(zoo):
-                steps = [hit[0] for hit in (first_at_or_above(r["evaluations"], score)
+                steps = [hit[0] for hit in (first_at_or_above(r[curve], score)
                                             for r in runs) if hit is not None]
                 ratios = [a / b for a, b in itertools.permutations(steps, 2)]
                 cells[name] = {"max": max(ratios) if ratios else None, "pairs": len(ratios),
@@ -228,16 +245,18 @@ def seed_spread(results: Sequence[Dict[str, Any]]
     return spread
 
 
-def seed_spread_tables(results: Sequence[Dict[str, Any]]) -> str:
+def seed_spread_tables(results: Sequence[Dict[str, Any]], curve: str = "evaluations") -> str:
     """Markdown: per env and mode, the largest seed-to-seed env-step ratio to
-    each threshold and how many ordered pairs of seeds exceed SPREAD_LIMIT."""
+    each threshold of ``curve`` and how many ordered pairs of seeds exceed
+    SPREAD_LIMIT."""
     out = []
-    for env, modes in seed_spread(results).items():
-        names, head = threshold_table_head(env, "seed against seed, same config",
-                                           "mode (seeds)")
+    for env, modes in seed_spread(results, curve).items():
+        names, head = threshold_table_head(
+            env, f"seed against seed, same config, {CURVES[curve]}", "mode (seeds)")
         out += head
         for mode, cells in modes.items():
-            seeds = sorted(r["seed"] for r in results if r["env"] == env and r["mode"] == mode)
+            seeds = sorted(r["seed"] for r in results
+                           if r["env"] == env and r["mode"] == mode and curve in r)
             row = []
             for name in names:
                 c = cells[name]
@@ -250,6 +269,29 @@ def seed_spread_tables(results: Sequence[Dict[str, Any]]) -> str:
         out.append("Seed against seed: each run's env steps to a threshold over another seed's "
                    "run of the same env and mode, the largest over ordered pairs of seeds, "
                    f"and how many pairs are above {SPREAD_LIMIT}x.")
+    return "\n".join(out)
+
+
+def width_table(results: Sequence[Dict[str, Any]]) -> str:
+    """Markdown: per env, one row per run with the policy's action std and
+    entropy at WIDTH_CHECKPOINTS (runs analysed before the width was kept are
+    left out)."""
+    out = []
+    for env, (env_id, _) in ZOO_PPO_SCORES.items():
+        runs = sorted((r for r in results if r["env"] == env and r.get("policy_width")),
+                      key=lambda r: (r["seed"], MODES.index(r["mode"])))
+        if not runs:
+            continue
+        labels = [f"{steps / 1e6:g}M" for steps in WIDTH_CHECKPOINTS]
+        out += [f"### {env_id}: action std / entropy", "",
+                "| run | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        for r in runs:
+            cells = {steps: (std, entropy) for steps, std, entropy in r["policy_width"]}
+            out.append(f"| {r['mode']} seed {r['seed']} | " + " | ".join(
+                "-" if cells.get(steps) is None else
+                f"{cells[steps][0]:.3f} / {cells[steps][1]:.2f}" for steps in WIDTH_CHECKPOINTS)
+                + " |")
+        out.append("")
     return "\n".join(out)
 
 
@@ -294,11 +336,17 @@ def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
            ) -> Dict[str, Any]:
     """Print the tables to stderr (and draw the figures into ``plot_dir``);
     returns the figures for the bench's JSON line."""
-    summary = summarize(results)
-    for table in (markdown_tables(summary), seed_ratio_tables(results),
-                  seed_spread_tables(results)):
-        print(table, file=sys.stderr)
-    ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
-              for env, seeds in seed_ratios(results).items()}
-    return {"envs": summary, "seed_ratios": ratios, "seed_spread": seed_spread(results),
-            "figures": plot(results, plot_dir) if plot_dir else []}
+    figures: Dict[str, Any] = {}
+    for curve in CURVES:
+        summary = summarize(results, curve)
+        for table in (markdown_tables(summary, curve), seed_ratio_tables(results, curve),
+                      seed_spread_tables(results, curve)):
+            print(table, file=sys.stderr)
+        ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
+                  for env, seeds in seed_ratios(results, curve).items()}
+        prefix = "" if curve == "evaluations" else "training_"
+        figures.update({f"{prefix}envs": summary, f"{prefix}seed_ratios": ratios,
+                        f"{prefix}seed_spread": seed_spread(results, curve)})
+    print(width_table(results), file=sys.stderr)
+    figures["figures"] = plot(results, plot_dir) if plot_dir else []
+    return figures

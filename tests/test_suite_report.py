@@ -81,3 +81,26 @@ def test_table_reads_several_results_files_as_one(tmp_path):
                               ",".join(files), "--envs", "hopper", "--seeds", "0"],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "several only with --table" in refused.stderr
+
+
+def test_thresholds_are_read_on_the_training_return_as_well_as_on_evaluations():
+    """The training curve (the console's mean return of the last 100 episodes)
+    has its own thresholds and per-seed ratios; a run without it (analysed
+    before it was kept) drops out of those tables only."""
+    sync = _run("sync", 0, [[100_000, 10.0, 1100.0]])
+    sync["training"] = [[100_000, 10.0, 400.0], [300_000, 30.0, 1050.0]]
+    sync["policy_width"] = [[250_000, 0.41, -1.5], [500_000, 0.30, -3.25]]
+    async_ = _run("async", 0, [[200_000, 10.0, 1000.0]])
+    async_["training"] = [[150_000, 6.0, 1001.0]]
+    older = _run("sync", 1, [[100_000, 10.0, 1000.0]])  # no training curve kept
+    results = [sync, async_, older]
+    assert suite.seed_ratios(results)["half_cheetah"][0]["1000"] == (2.0, 1.0)
+    on_training = suite.seed_ratios(results, "training")["half_cheetah"]
+    assert list(on_training) == [0] and on_training[0]["1000"] == (0.5, 0.2)
+    summary = suite.summarize(results, "training")["half_cheetah"]
+    assert summary["sync"]["reached_1000"] == 1 and summary["sync"]["steps_to_1000"] == 300_000
+    assert "training return" in suite.markdown_tables({"half_cheetah": summary},
+                                                      "training")
+    width = suite.width_table(results)
+    assert "| sync seed 0 | 0.410 / -1.50 | 0.300 / -3.25 | - |" in width
+    assert "async seed 0" not in width
