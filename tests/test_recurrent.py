@@ -293,7 +293,9 @@ def test_memory_makes_the_masked_task_learnable_sync_and_async(tmp_path, train_c
         returns[name] = _best_late_return(root)
     assert returns["feed_forward"] < 60, returns  # about 48: it cannot see velocities
     # Sync over seeds 0, 1, 2 (batches normalized as they were acted): 82, 121,
-    # 98 (before: 97, 67, 86); one seed's swing is about 20.
+    # 98 (before: 97, 67, 86); one seed's swing is about 20. Measured with the
+    # constant learning rate the file had before its linear schedule (which,
+    # over these short budgets, lowers the rate within the run).
     assert returns["sync"] > 1.5 * returns["feed_forward"], returns
     assert returns["async"] > 1.8 * returns["feed_forward"], returns
 
