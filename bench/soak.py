@@ -7,8 +7,9 @@ Trains ``--gin_file`` (default: async_ppo_bullet_half_cheetah.gin, N = 2
 actors, with ``--num_env_workers`` env workers each so that env workers exist
 to be killed) with the train command, on an env that raises on demand
 (``AlfAsyncOnDemandFault/<the config's env>``, the same env with a trigger
-file: alf_async/envs/fault_injection.py). The budget is sized so that the run
-ends at it about ``--minutes`` after the start: ``--num_env_steps``, or
+file: alf_async/envs/fault_injection.py). The soak's plan counts from the
+run's first metrics row (its start-up is left out); the budget is sized so
+that the run ends at it about ``--minutes`` after that: ``--num_env_steps``, or
 ``--env_steps_per_s`` x the soak's seconds x ``--busy_fraction``, the rate
 measured by a fault-free calibration run of ``--calibration_s`` seconds unless
 given. Every ``--fault_interval_minutes`` one fault of the ``--faults``
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import psutil
 
@@ -72,6 +73,7 @@ from bench.soak_verdicts import resource_report, settled
 logger = logging.getLogger("soak")
 DEFAULT_GIN = "async_ppo_bullet_half_cheetah.gin"
 POLL_S = 0.5  # seconds between two looks at the run
+STARTUP_LIMIT_S = 900.0  # a run that writes no metrics row in this long failed
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -98,6 +100,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="Ray: seconds between removing the node and adding one back")
     p.add_argument("--effect_timeout_s", type=float, default=180.0,
                    help="a fault whose effect is not seen within this long failed")
+    p.add_argument("--orphan_wait_s", type=float, default=60.0,
+                   help="seconds the processes of an ended train process get to end; "
+                        "one still running then is an orphan")
     p.add_argument("--sample_interval_s", type=float, default=30.0)
     p.add_argument("--warmup_minutes", type=float, default=10.0,
                    help="samples before this are left out of the growth figures")
@@ -128,6 +133,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error("--num_env_workers must be >= 1 to kill env workers")
     args.fault_kinds = kinds
     return args
+
+
+def describe(pids: List[int]) -> str:
+    """'pid (command line)' of each process, for the log."""
+    texts = []
+    for pid in pids:
+        try:
+            texts.append(f"{pid} ({' '.join(psutil.Process(pid).cmdline())[:120]})")
+        except psutil.Error:
+            texts.append(str(pid))
+    return ", ".join(texts)
 
 
 def configured_value(gin_file: str, gin_params: List[str], name: str, default):
@@ -166,6 +182,7 @@ class Soak:
         self.faults: List[FaultRecord] = []
         self.owners_seen: set = set()
         self.orphans: List[int] = []
+        self.training_started_s: Optional[float] = None  # the first metrics row, soak s
 
     # -- RunView ------------------------------------------------------------------
     def now(self) -> float:
@@ -221,14 +238,25 @@ class Soak:
         life.lock_at_exit = lock_record(self.root_dir)
         life.close(self.now(), status, self.tail)
         watch = self.watches[-1]
-        left = watch.wait_gone(30.0)
+        left = watch.wait_gone(self.args.orphan_wait_s)
         if left:
-            logger.warning("processes of train process %d outlived it: %s", life.index, left)
+            logger.warning("processes of train process %d outlived it by %.0f s: %s",
+                           life.index, self.args.orphan_wait_s, describe(left))
             self.orphans += left
             watch.kill_alive()
         logger.info("t=%.0fs: train process %d ended with %s after iteration %s",
                     self.now(), life.index, status,
                     life.rows[-1]["iteration"] if life.rows else None)
+
+    def watch_processes(self) -> None:
+        """Note every process of the current train process (its descendants,
+        and on Ray its actors and their env workers on the cluster's nodes),
+        so that any of them still running after it ended counts as an orphan."""
+        watch = self.watches[-1]
+        watch.record()
+        if self.cluster is not None and self.trainer_pid is not None:
+            watch.record([pid for pid, role in classify(None, os.getpid()).items()
+                          if role in ("actors", "env_workers")])
 
     def sample(self) -> None:
         sample = take_sample(self.now(), self.trainer_pid,
@@ -242,7 +270,9 @@ class Soak:
     # -- the soak -------------------------------------------------------------------
     def run(self) -> Optional[str]:
         """Train, sample and inject faults until the run ends at its budget;
-        None, or why the soak stopped early."""
+        None, or why the soak stopped early. The plan (the fault times, the
+        node removal half way, when to give up) counts from the run's first
+        metrics row, ``training_started_s``: the start-up is not the soak's."""
         args = self.args
         planned_s = args.minutes * 60.0
         interval_s = args.fault_interval_minutes * 60.0
@@ -254,8 +284,13 @@ class Soak:
         self.launch()
         while True:
             status = self.proc.poll()
-            self.watches[-1].record()
+            self.watch_processes()
             self.tail.poll()
+            life = self.lives[-1]
+            if life.first_row_s is None and self.rows_of_life(life.index):
+                life.first_row_s = self.now()
+                if self.training_started_s is None:
+                    self.training_started_s = life.first_row_s
             if status is not None:
                 self.close_life(status)
                 expected = any(f.kind in TRAINER_FAULTS and f.life == self.life_index
@@ -271,17 +306,23 @@ class Soak:
                 if fault.took_effect is None:
                     fault.took_effect = took_effect(fault, self)
                     if (fault.took_effect is None
-                            and self.now() - fault.at_s > args.effect_timeout_s):
+                            and self.now() - self._effect_clock(fault) > args.effect_timeout_s):
                         fault.took_effect = False
                         fault.note = fault.note or "no effect seen in time"
                     if fault.took_effect is not None:
                         logger.info("t=%.0fs: %s %s: %s", self.now(), fault.kind,
                                     "took effect" if fault.took_effect else "FAILED",
                                     fault.note)
-            now = self.now()
-            if now >= next_sample:
+            if self.now() >= next_sample:
                 self.sample()
                 next_sample += args.sample_interval_s
+            if self.training_started_s is None:
+                if self.now() > STARTUP_LIMIT_S:
+                    self._stop_run()
+                    return f"the run wrote no metrics row in {STARTUP_LIMIT_S:.0f} s"
+                time.sleep(POLL_S)
+                continue
+            now = self.now() - self.training_started_s  # seconds of the plan
             quiet = all(f.took_effect is not None and not f.pending.get("process")
                         and "add_at" not in f.pending for f in self.faults)
             if quiet and node_fault_at is not None and now >= node_fault_at:
@@ -291,14 +332,26 @@ class Soak:
                 if self._inject(rotation[len(self.faults) % len(rotation)]):
                     next_fault = max(next_fault + interval_s, now + 1.0)
             if now > give_up_s:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.close_life(self.proc.wait(timeout=120))
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.close_life(self.proc.wait())
-                return f"the run had not reached its budget after {give_up_s:.0f} s"
+                self._stop_run()
+                return (f"the run had not reached its budget {give_up_s:.0f} s after it "
+                        "started training")
             time.sleep(POLL_S)
+
+    def _stop_run(self) -> None:
+        """SIGTERM the train process (SIGKILL to its group if it lingers)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.close_life(self.proc.wait(timeout=120))
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.close_life(self.proc.wait())
+
+    def _effect_clock(self, fault: FaultRecord) -> float:
+        """Soak seconds the fault's effect timeout counts from: its injection,
+        or for a trainer fault the start of the resumed train process."""
+        if fault.kind in TRAINER_FAULTS and fault.life + 1 < len(self.lives):
+            return self.lives[fault.life + 1].started_s
+        return fault.at_s
 
     def _inject(self, kind: str) -> bool:
         record = inject(kind, self, self.args.stop_s, self.args.node_down_s)
@@ -367,15 +420,29 @@ def leftover_blocks(owners) -> List[str]:
     return [b for b in list_blocks() if block_owner_pid(b) in owners]
 
 
+def unsettled_windows(soak: Soak, settle_s: float) -> List[Tuple[float, float]]:
+    """(start, end) soak seconds of each fault, from its injection until
+    ``settle_s`` after the run is whole again: after a trainer restart, after
+    the resumed trainer's first row; after a SIGSTOP, after the SIGCONT; after
+    a node removal, after the node came back; else after the fault."""
+    windows = []
+    for fault in soak.faults:
+        whole = fault.at_s
+        if fault.kind in TRAINER_FAULTS:
+            resumed = (soak.lives[fault.life + 1] if fault.life + 1 < len(soak.lives)
+                       else None)
+            whole = resumed.first_row_s if resumed and resumed.first_row_s else soak.now()
+        whole = max([whole] + [fault.pending[k] for k in ("cont_sent_s", "node_added_s")
+                               if k in fault.pending])
+        windows.append((fault.at_s, whole + settle_s))
+    return windows
+
+
 def verdicts(soak: Soak, args: argparse.Namespace, budget: int, interval: int,
              stop_reason: Optional[str], leftover_blocks: List[str]) -> Dict:
     """Every figure of the soak and its verdicts (``passed``: all hold)."""
-    fault_times = [f.at_s for f in soak.faults]
-    for fault in soak.faults:
-        if fault.kind in TRAINER_FAULTS:  # the resumed trainer warms up anew
-            fault_times.append(soak.lives[fault.life + 1].started_s
-                               if fault.life + 1 < len(soak.lives) else fault.at_s)
-    kept = settled(soak.samples, fault_times, args.warmup_minutes * 60.0, args.settle_s)
+    kept = settled(soak.samples, unsettled_windows(soak, args.settle_s),
+                   (soak.training_started_s or 0.0) + args.warmup_minutes * 60.0)
     resources = resource_report(kept, args.target_pct)
     progress = counters_report(soak.lives, interval)
     final_rows = soak.lives[-1].rows if soak.lives else []
@@ -403,7 +470,7 @@ def verdicts(soak: Soak, args: argparse.Namespace, budget: int, interval: int,
     for fault in soak.faults:
         counts[fault.kind] = counts.get(fault.kind, 0) + 1
     return {
-        "duration_min": soak.now() / 60.0,
+        "duration_min": soak.now() / 60.0, "training_started_s": soak.training_started_s,
         "num_env_steps_budget": budget, "checkpoint_interval": interval,
         "final_iteration": last.get("iteration"), "final_env_steps": last.get("env_steps"),
         "final_return": last.get("episode_return"),
@@ -475,13 +542,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         with sigterm_raises():
             try:
                 stop_reason = soak.run()
-            except BaseException as e:
-                stop_reason = f"{type(e).__name__}: {e}"
-                raise
+            except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, SIGTERM: report so far
+                stop_reason = f"the soak was stopped ({type(e).__name__} {e})"
             finally:
                 soak.stop()
-                if soak.samples:
-                    soak.sample()
     except Exception as e:  # noqa: BLE001  (reported in the JSON line)
         result["error"] = f"{type(e).__name__}: {e}"
         stop_reason = result["error"]
@@ -493,7 +557,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         benchlib.emit(result)
         return 1
     for watch in soak.watches:
-        soak.orphans += [p for p in watch.wait_gone(30.0) if p not in soak.orphans]
+        left = [p for p in watch.wait_gone(args.orphan_wait_s) if p not in soak.orphans]
+        if left:
+            logger.warning("processes outlived the soak's run: %s", describe(left))
+        soak.orphans += left
         watch.kill_alive()
     leftover = sorted({b for w in soak.watches for b in w.leftover_blocks()}
                       | set(leftover_blocks(soak.owners_seen)))

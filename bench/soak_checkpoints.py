@@ -14,8 +14,6 @@ import os
 import re
 from typing import Dict, List
 
-from alf_async.checkpoint import CheckpointError, load_checkpoint_file
-
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
@@ -36,6 +34,9 @@ class CheckpointAudit:
 
     def check(self) -> None:
         """Load the checkpoints written since the previous call."""
+        # Imported here: torch comes with it, and ``bench.soak --help`` needs none.
+        from alf_async.checkpoint import CheckpointError, load_checkpoint_file
+
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:

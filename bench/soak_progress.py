@@ -86,6 +86,7 @@ class TrainerLife:
     rows: metrics rows it wrote (those past ``resumed_from``), as read.
     lock_at_exit: the holder record its run.lock held when it had ended (None:
         released).
+    first_row_s: soak seconds when its first row was seen.
     """
 
     index: int
@@ -98,6 +99,7 @@ class TrainerLife:
     resumed_from: Optional[List[int]] = None
     rows: List[Dict] = field(default_factory=list)
     lock_at_exit: Optional[Dict] = None
+    first_row_s: Optional[float] = None
 
     def log_text(self) -> str:
         """What it printed so far."""

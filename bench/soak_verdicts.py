@@ -1,8 +1,8 @@
 """bench/soak.py's verdicts on the resources it sampled: does anything grow?
 
-Samples taken during the warm-up, and within ``settle_s`` seconds after a
-fault (a restarted process warms up again, a stopped one holds still), are
-left out. The baseline is the median of the first quarter of the samples
+Samples taken during the warm-up, and while the run is unsettled by a fault
+(from the fault until ``--settle_s`` seconds after the run is whole again: a
+restarted process warms up again, a stopped one holds still), are left out. The baseline is the median of the first quarter of the samples
 kept, the final value the median of the last quarter; growth is their
 difference in percent of the baseline, per role and for the whole run, for
 RSS, open fds, threads, shared-memory bytes and the number of processes.
@@ -11,16 +11,17 @@ RSS, open fds, threads, shared-memory bytes and the number of processes.
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from bench.soak_resources import FIGURES, ROLES, ResourceSample
 
 
-def settled(samples: Sequence[ResourceSample], fault_times_s: Sequence[float],
-            warmup_s: float, settle_s: float) -> List[ResourceSample]:
-    """The samples after the warm-up and not within ``settle_s`` after a fault."""
+def settled(samples: Sequence[ResourceSample], unsettled: Sequence[Tuple[float, float]],
+            warmup_s: float) -> List[ResourceSample]:
+    """The samples after the warm-up and outside every (start, end) window of
+    ``unsettled`` (soak seconds)."""
     return [s for s in samples if s.t_s >= warmup_s
-            and not any(0 <= s.t_s - t < settle_s for t in fault_times_s)]
+            and not any(start <= s.t_s < end for start, end in unsettled)]
 
 
 def growth_pct(base: float, final: float) -> float:
