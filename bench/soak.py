@@ -511,47 +511,48 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "date": datetime.date.today().isoformat(), "out_dir": out_dir,
                     **benchlib.machine_info()}
     soak = None
-    try:
-        if args.backend == "ray":
-            from bench.soak_cluster import SoakCluster
+    with sigterm_raises():  # a SIGTERM stops the run and the cluster first, then reports
+        try:
+            if args.backend == "ray":
+                from bench.soak_cluster import SoakCluster
 
-            per_actor = 1 + args.num_env_workers
-            cluster = SoakCluster(head_cpus=(args.num_actors - 1) * per_actor,
-                                  node_cpus=per_actor)
-            params += ["Trainer.backend='ray'", f"RayBackend.address='{cluster.address}'",
-                       f"RayBackend.num_cpus_per_actor={per_actor}"]
-        params += args.gin_param
-        cmd = benchlib.train_command([args.gin_file], params, os.path.join(out_dir, "run"))
-        budget = args.num_env_steps
-        if budget is None:
-            rate = args.env_steps_per_s
-            if rate is None:
-                logger.info("measuring the rate: %.0f s of training without faults",
-                            args.calibration_s)
-                rate = calibrate(cmd, env, out_dir, args.calibration_s)
-            result["env_steps_per_s_sized_with"] = rate
-            budget = int(rate * args.minutes * 60.0 * args.busy_fraction)
-        cmd.append(f"--gin_param=Trainer.num_env_steps={budget}")
-        result["command"] = " ".join(cmd)
-        interval = configured_value(args.gin_file, args.gin_param,
-                                    "Trainer.checkpoint_interval",
-                                    TrainerSettings.checkpoint_interval)
-        logger.info("soak of %.1f min, budget %d env steps: %s", args.minutes, budget,
-                    " ".join(cmd))
-        soak = Soak(args, out_dir, cmd, env, cluster)
-        with sigterm_raises():
+                per_actor = 1 + args.num_env_workers
+                cluster = SoakCluster(head_cpus=(args.num_actors - 1) * per_actor,
+                                      node_cpus=per_actor)
+                params += ["Trainer.backend='ray'", f"RayBackend.address='{cluster.address}'",
+                           f"RayBackend.num_cpus_per_actor={per_actor}"]
+            params += args.gin_param
+            cmd = benchlib.train_command([args.gin_file], params, os.path.join(out_dir, "run"))
+            budget = args.num_env_steps
+            if budget is None:
+                rate = args.env_steps_per_s
+                if rate is None:
+                    logger.info("measuring the rate: %.0f s of training without faults",
+                                args.calibration_s)
+                    rate = calibrate(cmd, env, out_dir, args.calibration_s)
+                result["env_steps_per_s_sized_with"] = rate
+                budget = int(rate * args.minutes * 60.0 * args.busy_fraction)
+            cmd.append(f"--gin_param=Trainer.num_env_steps={budget}")
+            result["command"] = " ".join(cmd)
+            interval = configured_value(args.gin_file, args.gin_param,
+                                        "Trainer.checkpoint_interval",
+                                        TrainerSettings.checkpoint_interval)
+            logger.info("soak of %.1f min, budget %d env steps: %s", args.minutes, budget,
+                        " ".join(cmd))
+            soak = Soak(args, out_dir, cmd, env, cluster)
             try:
                 stop_reason = soak.run()
-            except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, SIGTERM: report so far
-                stop_reason = f"the soak was stopped ({type(e).__name__} {e})"
             finally:
                 soak.stop()
-    except Exception as e:  # noqa: BLE001  (reported in the JSON line)
-        result["error"] = f"{type(e).__name__}: {e}"
-        stop_reason = result["error"]
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
+        except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, SIGTERM: report what was seen
+            stop_reason = f"the soak was stopped ({type(e).__name__} {e})"
+            result["error"] = stop_reason
+        except Exception as e:  # noqa: BLE001  (reported in the JSON line)
+            result["error"] = f"{type(e).__name__}: {e}"
+            stop_reason = result["error"]
+        finally:
+            if cluster is not None:
+                cluster.shutdown()
     if soak is None:
         result["passed"] = False
         benchlib.emit(result)
