@@ -71,14 +71,18 @@ def test_a_short_soak_with_faults_passes_every_verdict(tmp_path):
     assert result["verdicts"] and all(result["verdicts"].values()), (
         json.dumps(result["verdicts"]), stderr[-4000:])
     assert returncode == 0 and result["passed"]
-    # Both faults were injected and seen to take effect.
-    assert result["faults_by_kind"] == {"env_raise": 1, "trainer_sigkill": 1}
+    # Both faults were injected (the rotation repeats while the run lasts, so
+    # a slow machine sees more of them) and each was seen to take effect.
+    kills = result["faults_by_kind"].get("trainer_sigkill", 0)
+    assert set(result["faults_by_kind"]) == {"env_raise", "trainer_sigkill"}
+    assert result["faults_by_kind"]["env_raise"] >= 1 and kills >= 1
     assert all(f["took_effect"] for f in result["faults"])
-    # The SIGKILLed trainer was resumed once, and what it lost was measured.
-    assert [life["exit_status"] for life in result["trainer_lives"]] == [-9, 0]
-    restart, = result["progress"]["restarts"]
-    assert 0 <= restart["iterations_lost"] <= 5
-    assert result["trainer_lives"][1]["resumed_from"][0] == restart["resumed_from"][0] >= 5
+    # Each SIGKILLed trainer was resumed, and what it lost was measured.
+    assert [life["exit_status"] for life in result["trainer_lives"]] == [-9] * kills + [0]
+    restarts = result["progress"]["restarts"]
+    assert len(restarts) == kills
+    assert all(0 <= restart["iterations_lost"] <= 5 for restart in restarts)
+    assert result["trainer_lives"][1]["resumed_from"][0] == restarts[0]["resumed_from"][0] >= 5
     assert result["final_env_steps"] >= 8000
     assert result["checkpoints"]["loaded"] >= 2
     assert os.path.isfile(result["plot"])
