@@ -119,6 +119,32 @@ def test_policies_without_a_numpy_copy_act_in_the_actor():
 
 
 @pytest.mark.timeout(120)
+def test_bf16_weights_make_the_actor_act_itself():
+    """Weights published for bfloat16 (``PPOLearner.precision``) have no
+    numpy copy for the env workers: the actor hands acting back from them at
+    that load, then unrolls with its own (bf16) policy (on one thread, as
+    in an actor process: a bf16 product's two-thread barrier stalls for
+    hundreds of ms on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    actor = Actor(0, _settings(True), _policy)
+    try:
+        assert actor._acting is not None
+        obs_spec, action_spec = actor.env.observation_spec, actor.env.action_spec
+        actor.load_weights(1, PPOLearner(obs_spec, action_spec, precision="bf16")
+                           .weight_arrays())
+        assert actor._acting is None and actor.policy.bf16
+        specs = trajectory_specs(UNROLL, NUM_ENVS, obs_spec, actor.env.action_dim)
+        arrays = {k: np.zeros(v.shape, v.dtype) for k, v in specs.items()}
+        record = actor.unroll(arrays)
+        assert not record.acting_env_workers
+        assert np.isfinite(arrays["log_prob"]).all() and arrays["reward"].any()
+    finally:
+        actor.close()
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.timeout(120)
 def test_env_workers_that_act_do_not_load_torch():
     # The acting policy (numpy networks, gSDE draws, observation normalizer)
     # reaches the workers pickled; unpickling it must not import torch, which

@@ -24,6 +24,7 @@ from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_sp
 from alf_async.networks import ActorCritic
 from alf_async.networks.numpy_inference import NumpyActorCritic
 from alf_async.runtime.weight_store import unpack_weights
+from alf_async.utils.precision import compute_context, published_bf16
 
 
 @gin.configurable
@@ -57,6 +58,13 @@ class NeuralPolicy:
     Observations are normalized exactly when the published weights carry
     normalizer statistics (``PPOLearner.normalize_observations``); otherwise the
     networks see the raw observations, as the learner's do.
+
+    Precision: the policy infers in the precision the published weights name
+    (``PPOLearner.precision`` as resolved; ``utils.precision``), so that its
+    log-probabilities and values come from the computation the learner runs
+    for the same weights and observations. Under "bf16" it acts with torch
+    (bfloat16 autocast) whatever ``numpy_inference`` says, and has no numpy
+    copy for acting env workers.
     """
 
     def __init__(self, observation: Union[ObservationSpec, int],
@@ -77,19 +85,26 @@ class NeuralPolicy:
         self._sde = (SdeDraws(tuple(actor.sde_log_std.shape), actor.sde_sample_interval)
                      if self.per_env_exploration else None)
         self.numpy_inference = bool(numpy_inference)
+        self.bf16 = False  # the published precision (float32 until weights say)
         self._numpy: Optional[NumpyActorCritic] = None
         self._snapshot()
 
     def _snapshot(self) -> None:
-        """Copy the model's weights for numpy inference (where it applies)."""
-        if self.numpy_inference:
-            self._numpy = NumpyActorCritic.of(self.model)
+        """Copy the model's weights for numpy inference (where it applies:
+        float32 only)."""
+        self._numpy = (NumpyActorCritic.of(self.model)
+                       if self.numpy_inference and not self.bf16 else None)
+
+    def _compute(self):
+        """The context the network's inference runs in (the published precision)."""
+        return compute_context(torch.device("cpu"), self.bf16)
 
     def load_weights(self, arrays: Mapping[str, np.ndarray]) -> None:
         groups = unpack_weights(arrays)
         self.model.load_state_dict({k: torch.from_numpy(np.array(v))
                                     for k, v in groups["param"].items()})
         self.normalize = "normalizer" in groups
+        self.bf16 = published_bf16(arrays)
         if self.normalize:
             self.normalizer.load_state_arrays(groups["normalizer"])
         self._snapshot()
@@ -101,7 +116,8 @@ class NeuralPolicy:
 
     def acting_weights(self) -> Optional[ActingWeights]:
         """The current weights for an ``ActingPolicy`` (None without numpy
-        inference: images, recurrent networks, ``numpy_inference=False``)."""
+        inference: images, recurrent networks, ``numpy_inference=False``,
+        weights published for bfloat16)."""
         if self._numpy is None:
             return None
         return ActingWeights(self._numpy,
@@ -139,10 +155,11 @@ class NeuralPolicy:
         if self._numpy is not None:
             return self._numpy.act(self._numpy_obs(observation), rng, self.deterministic,
                                    draws)
-        out = self.model.act(self._obs(observation), generator, self.deterministic,
-                             state=(None if state is None
-                                    else torch.from_numpy(np.asarray(state, np.float32))),
-                             sde_draws=None if draws is None else torch.from_numpy(draws))
+        with self._compute():  # float32 outputs whatever the precision
+            out = self.model.act(self._obs(observation), generator, self.deterministic,
+                                 state=(None if state is None
+                                        else torch.from_numpy(np.asarray(state, np.float32))),
+                                 sde_draws=None if draws is None else torch.from_numpy(draws))
         return tuple(x.numpy() for x in out)
 
     def value(self, observation: np.ndarray, state: Optional[np.ndarray] = None
@@ -150,7 +167,9 @@ class NeuralPolicy:
         """observation [M, *O] (and a recurrent policy's states [M, S]) -> value [M]."""
         if self._numpy is not None:
             return self._numpy.value(self._numpy_obs(observation))
-        if state is None:
-            return self.model.predict_value(self._obs(observation)).numpy()
-        return self.model.predict_value(
-            self._obs(observation), torch.from_numpy(np.asarray(state, np.float32))).numpy()
+        with self._compute():
+            if state is None:
+                return self.model.predict_value(self._obs(observation)).numpy()
+            return self.model.predict_value(
+                self._obs(observation),
+                torch.from_numpy(np.asarray(state, np.float32))).numpy()

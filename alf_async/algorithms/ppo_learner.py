@@ -40,6 +40,8 @@ from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_sp
 from alf_async.networks import ActorCritic
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.devices import resolve_device, to_device, to_host
+from alf_async.utils.precision import (check_precision, choose_precision, compute_context,
+                                       precision_flag)
 from alf_async.utils.validation import ConfigError, check
 
 
@@ -142,6 +144,14 @@ class PPOLearner:
             None (default): whole env sequences of the unroll (L = T, from the
             state the actor started the unroll with). ``mini_batch_size`` then
             counts samples: a minibatch has mini_batch_size // L chunks.
+        precision: the networks' compute precision: "fp32" (the default),
+            "bf16" (bfloat16 autocast of the forward passes; float32 weights,
+            optimizer moments, losses, value targets, normalizer and
+            log-probabilities) or "auto" (bf16 where the device runs it
+            natively and the network is convolutional or has a layer of 256+
+            units); resolved once, logged at start (``utils.precision``) and
+            published with the weights, so that the actors infer in the
+            same precision. Checkpoints are float32 under any precision.
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
@@ -161,7 +171,8 @@ class PPOLearner:
                  device: str = "cpu", max_skipped_updates: int = 10,
                  lag_correction: str = "decoupled", rho_bar: float = 1.0, c_bar: float = 1.0,
                  recompute_values: bool = False, observation_stats: str = "behaviour",
-                 chunk_length: Optional[int] = None, seed: int = 0):
+                 chunk_length: Optional[int] = None, precision: str = "fp32",
+                 seed: int = 0):
         for name, value, kind, bounds in (
                 ("num_epochs", num_epochs, "int", dict(low=1)),
                 ("mini_batch_size", mini_batch_size, "int", dict(low=1)),
@@ -186,6 +197,7 @@ class PPOLearner:
                 ("normalize_observations", normalize_observations, "bool", {}),
                 ("chunk_length", chunk_length, "int", dict(low=1, optional=True))):
             check("PPOLearner", name, value, kind, **bounds)
+        check_precision("PPOLearner", precision)
         if c_bar > rho_bar:
             raise ConfigError(f"PPOLearner.c_bar={c_bar} must not exceed "
                               f"PPOLearner.rho_bar={rho_bar} (V-trace needs c_bar <= rho_bar)")
@@ -217,6 +229,7 @@ class PPOLearner:
         self.device = resolve_device("PPOLearner", device)
         torch.manual_seed(seed)
         self.model = ActorCritic(spec, action_spec).to(self.device)
+        self.precision = choose_precision("PPOLearner", precision, self.device, self.model)
         self.normalizer = RunningNormalizer(spec.dim)
         self.optimizer = Adam(self.model.parameters(), lr=learning_rate, eps=adam_epsilon)
         self.generator = torch.Generator().manual_seed(seed + 1)
@@ -268,16 +281,22 @@ class PPOLearner:
 
     def weight_arrays(self) -> Dict[str, np.ndarray]:
         """What actors need to act (``NeuralPolicy.load_weights``): the network
-        parameters and, when observations are normalized, the normalizer's
+        parameters, the precision to infer in (``utils.precision.PRECISION_KEY``)
+        and, when observations are normalized, the normalizer's
         statistics. Without normalization no statistics are shipped, so actors
         feed raw observations to the networks exactly as the learner does."""
-        groups = {"param": to_host(self.model.state_dict())}
+        groups = {"param": to_host(self.model.state_dict()),
+                  "precision": {"bf16": precision_flag(self.precision.bf16)}}
         if self.normalize_observations:
             groups["normalizer"] = self.normalizer.state_arrays()
             # The learner's version is its iteration (the loops publish
             # weights version i after i iterations).
             self._published_stats.publish(self.iteration, groups["normalizer"])
         return pack_weights(groups)
+
+    def _compute(self):
+        """The context the networks' forward passes run in (``precision``)."""
+        return compute_context(self.device, self.precision.bf16)
 
     def _batch_normalizer(self, raw: np.ndarray, behaviour_version: Optional[int]
                           ) -> Optional[RunningNormalizer]:
@@ -308,8 +327,9 @@ class PPOLearner:
         ``mini_batch_size`` at a time."""
         x = observation if normalizer is None else normalizer.normalize(observation)
         rows = self.mini_batch_size if self.model.observation_spec.is_image else len(x)
-        return torch.cat([self.model.state_value(x[i:i + rows])
-                          for i in range(0, len(x), max(rows, 1))])
+        with self._compute():
+            return torch.cat([self.model.state_value(x[i:i + rows])
+                              for i in range(0, len(x), max(rows, 1))])
 
     def _recomputed_ends(self, t: Mapping[str, torch.Tensor],
                          normalizer: Optional[RunningNormalizer]
@@ -382,7 +402,7 @@ class PPOLearner:
         proximal = self.lag_correction != "none" and not current
         if self.lag_correction != "none" and current:
             proximal_log_prob = t["log_prob"]
-        with torch.no_grad():
+        with torch.no_grad(), self._compute():
             if self.state_size:  # one pass over the batch from the actors' states
                 dist, all_values, states = self.model.sequence(
                     obs, t["initial_state"], host_starts, keep_every=layout.L)
@@ -444,12 +464,13 @@ class PPOLearner:
             order = to_device(host_order, dev)
             for first in range(0, num_columns - per_minibatch + 1, per_minibatch):
                 idx = order[first:first + per_minibatch]
-                if self.state_size:
-                    dist, value, _ = self.model.sequence(
-                        obs_columns[:, idx], start_states[idx],
-                        starts[:, host_order[first:first + per_minibatch]])
-                else:
-                    dist, value = self.model.evaluate(obs_columns[0, idx])
+                with self._compute():  # float32 outputs whatever the precision
+                    if self.state_size:
+                        dist, value, _ = self.model.sequence(
+                            obs_columns[:, idx], start_states[idx],
+                            starts[:, host_order[first:first + per_minibatch]])
+                    else:
+                        dist, value = self.model.evaluate(obs_columns[0, idx])
                 mb = {k: layout.pick(v, idx) for k, v in samples.items()}
                 out = ppo_loss(dist.log_prob(mb["action"]), mb["old_log_prob"],
                                mb["advantages"], value, mb["returns"],

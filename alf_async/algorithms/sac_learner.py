@@ -42,6 +42,8 @@ from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
 from alf_async.networks.sac import SquashedGaussianActor, TwinQNetwork
 from alf_async.runtime.weight_store import pack_weights
 from alf_async.utils.devices import resolve_device, sampling_generator, to_device, to_host
+from alf_async.utils.precision import (check_precision, choose_precision, compute_context,
+                                       precision_flag)
 from alf_async.utils.validation import ConfigError, check
 
 
@@ -72,6 +74,11 @@ class SACLearner:
             a generator of that device seeded like the CPU one. A run resumed on
             a machine without the device its saved config names trains on the
             CPU and logs so.
+        precision: the networks' compute precision, "fp32" (the default),
+            "bf16" or "auto", as ``PPOLearner.precision`` (``utils.precision``;
+            "auto" weighs the actor and the critics together). The critic
+            targets, losses, temperature and Polyak averages stay float32; the
+            actors' ``SACPolicy`` infers in the published precision.
         seed: seeds the networks' initialization and the learner's sampling.
     """
 
@@ -79,7 +86,8 @@ class SACLearner:
                  action_spec: Union[ActionSpec, int], learning_rate: float = 7.3e-4, batch_size: int = 256, gamma: float = 0.98,
                  tau: float = 0.02, initial_alpha: float = 1.0,
                  target_entropy: Optional[float] = None, learn_alpha: bool = True,
-                 reward_scale: float = 1.0, device: str = "cpu", seed: int = 0):
+                 reward_scale: float = 1.0, device: str = "cpu", precision: str = "fp32",
+                 seed: int = 0):
         spec = as_action_spec(action_spec)
         if spec.discrete:
             raise ConfigError(f"SAC needs a continuous (Box) action space; this env's is "
@@ -94,6 +102,7 @@ class SACLearner:
                 ("reward_scale", reward_scale, "number", dict(low=0, low_open=True)),
                 ("target_entropy", target_entropy, "number", dict(optional=True))):
             check("SACLearner", name, value, kind, **bounds)
+        check_precision("SACLearner", precision)
         self.device = resolve_device("SACLearner", device)
         self.action_dim = spec.dim
         self.batch_size = int(batch_size)
@@ -105,6 +114,8 @@ class SACLearner:
         self.actor = SquashedGaussianActor(observation, spec.dim).to(self.device)
         self.critic = TwinQNetwork(observation, spec.dim).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.precision = choose_precision("SACLearner", precision, self.device, self.actor,
+                                          self.critic)
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device,
                                       requires_grad=True)
         self.optimizers: Dict[str, Adam] = {  # for the actor, the critics and log alpha
@@ -153,11 +164,17 @@ class SACLearner:
         self.gradient_steps = int(state["gradient_steps"])
 
     def weight_arrays(self) -> Dict[str, np.ndarray]:
-        """What actors need (``SACPolicy.load_weights``): the policy network and
-        whether to act uniformly at random (before the first gradient step)."""
+        """What actors need (``SACPolicy.load_weights``): the policy network,
+        whether to act uniformly at random (before the first gradient step)
+        and the precision to infer in (``utils.precision.PRECISION_KEY``)."""
         return pack_weights({"param": to_host(self.actor.state_dict()),
                              "explore": {"uniform": np.array(
-                                 [1.0 if self.gradient_steps == 0 else 0.0], np.float32)}})
+                                 [1.0 if self.gradient_steps == 0 else 0.0], np.float32)},
+                             "precision": {"bf16": precision_flag(self.precision.bf16)}})
+
+    def _compute(self):
+        """The context the networks' forward passes run in (``precision``)."""
+        return compute_context(self.device, self.precision.bf16)
 
     def _tensors(self, batch: Mapping[str, np.ndarray]) -> Dict[str, torch.Tensor]:
         """The fields a gradient step reads (not, e.g., the buffer's inserted_at),
@@ -178,22 +195,26 @@ class SACLearner:
         opt = self.optimizers
         alpha = self._alpha()
         with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(next_obs, self._noise_generator)
-            next_q1, next_q2 = self.critic_target(next_obs, next_action)
+            with self._compute():  # the networks' outputs are float32 under any precision
+                next_action, next_log_prob = self.actor.sample(next_obs,
+                                                               self._noise_generator)
+                next_q1, next_q2 = self.critic_target(next_obs, next_action)
             target = critic_target(b["reward"] * self.reward_scale, b["terminated"],
                                    next_q1, next_q2, next_log_prob, alpha, self.gamma)
-        q1, q2 = self.critic(obs, b["action"])
+        with self._compute():
+            q1, q2 = self.critic(obs, b["action"])
         loss_q = critic_loss(q1, q2, target)
         opt["critic"].zero_grad(set_to_none=True)
         loss_q.backward()
         opt["critic"].step()
 
-        action, log_prob = self.actor.sample(obs, self._noise_generator)
-        self.critic.requires_grad_(False)
-        try:
-            pi_q1, pi_q2 = self.critic(obs, action)
-        finally:
-            self.critic.requires_grad_(True)
+        with self._compute():
+            action, log_prob = self.actor.sample(obs, self._noise_generator)
+            self.critic.requires_grad_(False)
+            try:
+                pi_q1, pi_q2 = self.critic(obs, action)
+            finally:
+                self.critic.requires_grad_(True)
         loss_pi = actor_loss(pi_q1, pi_q2, log_prob, alpha)
         opt["actor"].zero_grad(set_to_none=True)
         loss_pi.backward()

@@ -30,6 +30,7 @@ from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor
 from alf_async.runtime.weight_store import unpack_weights
+from alf_async.utils.precision import compute_context, published_bf16
 
 
 class SACPolicy:
@@ -41,6 +42,9 @@ class SACPolicy:
         action_spec: the env's (continuous) action space.
         seed: seeds the sampling streams.
         deterministic: act with tanh(mean) (for evaluation).
+
+    The actor network infers in the precision the published weights name
+    (``SACLearner.precision`` as resolved; ``utils.precision``).
     """
 
     def __init__(self, observation: Union[ObservationSpec, int],
@@ -55,6 +59,7 @@ class SACPolicy:
         self._streams = SamplingStreams(seed)
         self.deterministic = deterministic
         self.uniform = True
+        self.bf16 = False  # the published precision (float32 until weights say)
         self.per_env_exploration = self.actor.use_sde and not deterministic
         self._sde = (SdeDraws((self.actor.feature_dim, self.action_dim),
                               self.actor.sde_sample_interval)
@@ -65,6 +70,7 @@ class SACPolicy:
         self.actor.load_state_dict({k: torch.from_numpy(np.array(v))
                                     for k, v in groups["param"].items()})
         self.uniform = bool(groups.get("explore", {}).get("uniform", np.zeros(1))[0] > 0)
+        self.bf16 = published_bf16(arrays)
 
     def reseed(self, seed: int) -> None:
         self._streams.reseed(seed)
@@ -87,8 +93,9 @@ class SACPolicy:
             obs = torch.from_numpy(np.ascontiguousarray(
                 observation if self._image else np.asarray(observation, np.float32)))
             draws = None if self._sde is None else torch.from_numpy(self._sde(env_ids, k, rng))
-            action, log_prob = self.actor.sample(obs, generator, self.deterministic,
-                                                 exploration=draws)
+            with compute_context(torch.device("cpu"), self.bf16):  # float32 outputs
+                action, log_prob = self.actor.sample(obs, generator, self.deterministic,
+                                                     exploration=draws)
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
 
     def value(self, observation: np.ndarray) -> np.ndarray:

@@ -135,12 +135,13 @@ class ActorNetwork(nn.Module):
     def forward(self, observation: torch.Tensor) -> ActionDistribution:
         """observation [B, O] (normalized) -> the action distribution."""
         features = self.body(observation)
-        out = self.mean(features)
+        # float32 outputs under any autocast: the distribution's math is float32.
+        out = self.mean(features).float()
         if self.action_spec.discrete:
             return CategoricalDistribution(out, self.action_spec.nvec)
         if self.state_dependent:
             matrix_std = self.sde_log_std.clamp(self.min_log_std, self.max_log_std).exp()
-            return StateDependentNormal(out, features.detach(), matrix_std)
+            return StateDependentNormal(out, features.detach().float(), matrix_std)
         log_std = self.log_std.clamp(self.min_log_std, self.max_log_std)
         return NormalDistribution(out, log_std.exp().expand_as(out))
 
@@ -149,7 +150,7 @@ class ActorNetwork(nn.Module):
         [B, O] as stored rows [B, A] (the Normal's mean; each dimension's most
         likely choice for discrete actions), computed without distribution
         objects so that it traces for export (``playback.export``)."""
-        out = self.mean(self.body(observation))
+        out = self.mean(self.body(observation)).float()
         if self.action_spec.discrete:
             return CategoricalDistribution(out, self.action_spec.nvec).mode()
         return out
@@ -189,8 +190,8 @@ class ValueNetwork(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        """observation [B, O] (normalized) -> value [B]."""
-        return self.head(self.body(observation)).squeeze(-1)
+        """observation [B, O] (normalized) -> value [B] (float32 under any autocast)."""
+        return self.head(self.body(observation)).squeeze(-1).float()
 
 
 @gin.configurable

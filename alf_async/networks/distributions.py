@@ -17,6 +17,10 @@ Each gives ``log_prob(action)`` and ``entropy()`` summed over action dimensions
   it for a few steps: smoother, state-dependent exploration).
 - ``CategoricalDistribution``: one Categorical per action dimension.
 
+Their math is float32 whatever the networks' precision
+(``utils.precision``): the networks hand them float32 outputs, and the
+products of gSDE's scale and noise run with autocast off.
+
 Shapes: B = batch, A = action dimensions, F = the actor's feature width.
 """
 
@@ -26,6 +30,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from alf_async.utils.precision import float32_context
+
 # Added to the state-dependent variance so that a state whose features are all
 # zero (possible with ReLU) still has a proper density.
 SDE_VARIANCE_FLOOR = 1e-6
@@ -33,14 +39,19 @@ SDE_VARIANCE_FLOOR = 1e-6
 
 def sde_scale(latent: torch.Tensor, matrix_std: torch.Tensor) -> torch.Tensor:
     """gSDE's per-state std [B, A]: sqrt(latent^2 @ sigma^2 + floor), for
-    features latent [B, F] and noise-matrix stds sigma [F, A]."""
-    return torch.sqrt((latent * latent) @ (matrix_std * matrix_std) + SDE_VARIANCE_FLOOR)
+    features latent [B, F] and noise-matrix stds sigma [F, A]; float32
+    under any autocast (its product is no network's)."""
+    with float32_context(latent):
+        latent, matrix_std = latent.float(), matrix_std.float()
+        return torch.sqrt((latent * latent) @ (matrix_std * matrix_std) + SDE_VARIANCE_FLOOR)
 
 
 def sde_noise(latent: torch.Tensor, eps: torch.Tensor, matrix_std: torch.Tensor) -> torch.Tensor:
     """gSDE's noise [B, A]: each row's features latent [B, F] times its noise
-    matrix eps * sigma (standard-normal draws eps [B, F, A], sigma [F, A])."""
-    return torch.einsum("bf,bfa->ba", latent, eps * matrix_std)
+    matrix eps * sigma (standard-normal draws eps [B, F, A], sigma [F, A]);
+    float32 under any autocast."""
+    with float32_context(latent):
+        return torch.einsum("bf,bfa->ba", latent.float(), eps.float() * matrix_std.float())
 
 
 def normal(loc: torch.Tensor, scale: torch.Tensor) -> torch.distributions.Normal:

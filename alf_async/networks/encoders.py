@@ -144,12 +144,32 @@ class ImageEncoder(nn.Module):
         nn.init.zeros_(self.head[0].bias)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        """frames [B, *O] -> features [B, F]."""
-        x = frames.float()
-        if self.scale != 1.0:
-            x = x * self.scale
-        if x.dim() == 3:  # (H, W) frames: one channel
-            x = x.unsqueeze(1)
+        """frames [B, *O] -> features [B, F] (bfloat16 under a bfloat16
+        autocast, else float32)."""
+        return self.head(self.convs(self.conv_input(frames)))
+
+    def conv_input(self, frames: torch.Tensor) -> torch.Tensor:
+        """frames [B, *O] as the convolutions' input [B, C, H, W]: scaled
+        (uint8 / 255) in one new tensor, converted once from the stored dtype.
+
+        float32 (channels-first, or channels-last where the frames store
+        their channels last) by default; under a bfloat16 autocast
+        (``utils.precision``) bfloat16 in the channels-last memory format,
+        the one oneDNN's bfloat16 convolutions run fast in on a CPU (the
+        weights stay float32 and channels-first: autocast casts them per
+        call, as it casts every weight). A uint8 value is exact in bfloat16.
+        """
+        if frames.dim() == 3:  # (H, W) frames: one channel
+            frames = frames.unsqueeze(1)
         elif self.permute:
-            x = x.permute(0, 3, 1, 2)
-        return self.head(self.convs(x))
+            frames = frames.permute(0, 3, 1, 2)  # a view: no copy yet
+        device_type = frames.device.type
+        if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
+            x = frames.to(dtype=torch.get_autocast_dtype(device_type),
+                          memory_format=torch.channels_last)
+        else:
+            x = frames.float()
+        if self.scale == 1.0:
+            return x
+        # In place where the conversion made a new tensor (frames of bytes).
+        return x.mul_(self.scale) if x.data_ptr() != frames.data_ptr() else x * self.scale

@@ -8,6 +8,11 @@ every kind of core alike:
 - "lstm": S = 2 H, the hidden state h then the cell state c;
 - "gru": S = H, the hidden state.
 
+The core computes in float32 under any autocast (``utils.precision``): its
+state rows are float32, and bf16 rounding fed back through T steps would
+make an actor's step-by-step pass and the learner's fused re-run drift
+apart; its features arrive in the encoder's precision and are cast.
+
 A zero row is the state an episode starts with. ``run_sequence`` re-runs a
 whole [T, B] sequence from given start states, resetting a row to zero before
 every step that begins an episode (truncated backpropagation through time over
@@ -22,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from alf_async.utils.devices import to_device
+from alf_async.utils.precision import float32_context
 
 RNN_KINDS = ("lstm", "gru")
 
@@ -66,6 +72,11 @@ class RecurrentCore(nn.Module):
              ) -> Tuple[torch.Tensor, torch.Tensor]:
         """features [T, B, F] from state [B, S] without resets -> (outputs
         [T, B, H], the state after the last step [B, S])."""
+        with float32_context(features):
+            return self._run_float32(features.float(), state.float())
+
+    def _run_float32(self, features: torch.Tensor, state: torch.Tensor
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
         if self.kind == "lstm":
             out, (h, c) = self.rnn(features, (state[None, :, :self.hidden_size].contiguous(),
                                               state[None, :, self.hidden_size:].contiguous()))
@@ -78,6 +89,11 @@ class RecurrentCore(nn.Module):
         """One step: features [B, F], state [B, S] -> (output [B, H], next
         state [B, S]). (The layer's own cell function on its weights: a third
         of the fused layer's call overhead for a single step.)"""
+        with float32_context(features):
+            return self._step_float32(features.float(), state.float())
+
+    def _step_float32(self, features: torch.Tensor, state: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
         r, H = self.rnn, self.hidden_size
         weights = (r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0)
         if self.kind == "lstm":

@@ -119,13 +119,14 @@ class SquashedGaussianActor(nn.Module):
         if self.encoder is not None:
             observation = self.encoder(observation)
         h = self.body(observation)
-        mean = self.mean(h)
+        mean = self.mean(h).float()  # float32 outputs under any autocast
         if self.use_sde:
+            h = h.float()
             mean = mean.clamp(-self.sde_clip_mean, self.sde_clip_mean)
             # (SB3's epsilon keeps the std > 0 where every feature is 0.)
             return mean, sde_scale(h.detach(), self.sde_sigma()), h
-        log_std = self.log_std(h).clamp(self.min_log_std, self.max_log_std)
-        return mean, log_std.exp(), h
+        log_std = self.log_std(h).float().clamp(self.min_log_std, self.max_log_std)
+        return mean, log_std.exp(), h.float()
 
     def distribution(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """observation [B, O] -> (mean [B, A], std [B, A]) of the pre-tanh u."""
@@ -217,4 +218,5 @@ class _QNetwork(nn.Module):
         self.head = nn.Linear(size, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x)).squeeze(-1)
+        """x [B, I] -> Q [B] (float32 under any autocast)."""
+        return self.head(self.body(x)).squeeze(-1).float()

@@ -100,7 +100,12 @@ class Actor:
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.policy.load_weights(arrays)
         if self._acting is not None:
-            self._acting.load_weights(self.policy.acting_weights())
+            weights = self.policy.acting_weights()
+            if weights is None:  # weights the numpy copy cannot run (bfloat16)
+                self._acting.close()  # this actor acts itself from now on
+                self._acting = None
+            else:
+                self._acting.load_weights(weights)
         self.version = version
         self.digest = weights_digest(arrays)
 

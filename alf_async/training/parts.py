@@ -8,7 +8,8 @@
 
 All of it runs before a file is written or a process starts: the learner's
 device checked first (``learner_device``: a device this machine lacks, or a GPU
-for Hogwild, is a ``ConfigError`` before an env is built), the env's spaces read
+for Hogwild, is a ``ConfigError`` before an env is built), then its precision
+(``check_learner_precision``), the env's spaces read
 (a bad env id is a ``ConfigError``), memory and /dev/shm checked.
 """
 
@@ -37,6 +38,7 @@ from alf_async.training.loop import TrainingLoop
 from alf_async.training.off_policy import OffPolicyLoop
 from alf_async.training.on_policy import OnPolicyLoop
 from alf_async.utils.devices import DEVICE_BINDINGS, resolve_device
+from alf_async.utils.precision import PRECISION_BINDINGS, check_precision
 from alf_async.utils.validation import ConfigError
 
 
@@ -100,6 +102,16 @@ def learner_device(settings: TrainerSettings) -> torch.device:
     return device
 
 
+def check_learner_precision(settings: TrainerSettings) -> None:
+    """Check the run's ``PPOLearner.precision`` or ``SACLearner.precision``
+    (as bound in gin) before anything is built: a ``ConfigError`` names the
+    binding. "auto" is resolved by the learner, which knows its networks."""
+    binding = PRECISION_BINDINGS[settings.algorithm]
+    value = _bound_value(binding)
+    if value is not None:
+        check_precision(binding.split(".")[0], value)
+
+
 def make_learner(settings: TrainerSettings, observation: ObservationSpec,
                  action_spec: ActionSpec) -> Any:
     """The learner of ``settings.algorithm`` (its batch sizes checked for PPO)."""
@@ -124,6 +136,7 @@ def build_parts(settings: TrainerSettings, policy_factory: Optional[PolicyFactor
                 hogwild: Optional[HogwildSettings] = None) -> RunParts:
     """Check the run's resources and build its learner and loop."""
     learner_device(settings)  # first: a wrong device is reported before an env is made
+    check_learner_precision(settings)
     observation, action_spec = read_env_spec(settings)
     s = settings
     if s.step_time_matters and s.backend != "ray":  # "auto" weighs the env's step time

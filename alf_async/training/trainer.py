@@ -181,6 +181,9 @@ class Trainer:
         sweep_stale_blocks()
         if getattr(self.settings, "sampling_reason", ""):
             logger.info("sampling: %s", self.settings.sampling_reason)
+        precision = getattr(self.learner, "precision", None)
+        if precision is not None:
+            logger.info("precision: %s", precision.reason)
         logger.info("estimated memory of the run: %s", self.memory.describe())
         resumed = self._restore()
         if self.settings.budget_reached(self.counters["iteration"],

@@ -1,0 +1,169 @@
+"""The networks' compute precision: one rule for ``PPOLearner.precision`` and
+``SACLearner.precision``, and the contexts the learners and policies compute in.
+
+Values (``PRECISIONS``):
+
+- "fp32" (the default): everything in float32, as before the setting existed.
+- "bf16": the networks' forward passes (and so their backward passes) run
+  under ``torch.autocast(device_type, dtype=torch.bfloat16)``: matrix products
+  and convolutions take bfloat16 inputs and accumulate in float32. The
+  weights, gradients and the optimizer's moments stay float32 (the master
+  copy), and so do everything outside the networks: the losses, advantages
+  and value targets, the observation normalizer and the action distributions'
+  log-probabilities and entropies (each network casts its outputs to float32,
+  ``networks``). Checkpoints hold float32 tensors only and load under either
+  precision.
+- "auto": "bf16" where the learner's device runs bfloat16 natively AND the
+  network is one where it pays, else "fp32" (``choose_precision``):
+
+  1. native: a CPU whose /proc/cpuinfo flags include ``amx_bf16`` or
+     ``avx512_bf16`` (``cpu_bf16_flags``), a CUDA device for which
+     ``torch.cuda.is_bf16_supported()``; elsewhere (another CPU emulates
+     bfloat16 several times slower than float32) never;
+  2. pays: the network has a convolution, or a linear layer with at least
+     ``WIDE_LAYER`` (256) outputs, i.e. a hidden layer of 256 units or more
+     (``bf16_pays``). Measured with ``bench/learner_speed.py`` (docs/pixels.md
+     has the figures): convolutions gain most, a (64, 64) MLP loses (autocast's
+     casts cost more than its small products save, and its actors would give
+     up their numpy inference).
+
+The learner publishes the precision it resolved with its weights
+(``PRECISION_KEY``), and the acting policies (``NeuralPolicy``,
+``SACPolicy``) run their inference under the same one, so that an actor's
+log-probabilities come from the same computation as the learner's for the
+same weights and observations (the first minibatch's ratio of a sync
+iteration stays ~1: docs/pixels.md gives its spread under each precision).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import ContextManager, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from alf_async.utils.validation import ConfigError
+
+PRECISIONS = ("fp32", "bf16", "auto")
+#: The gin binding of each algorithm's learner precision (``Trainer.algorithm``).
+PRECISION_BINDINGS = {"ppo": "PPOLearner.precision", "sac": "SACLearner.precision"}
+#: The /proc/cpuinfo flags of a CPU that computes bfloat16 natively.
+NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+#: A linear layer with at least this many outputs makes bfloat16 pay (rule 2).
+WIDE_LAYER = 256
+#: Where the learner's published weights say which precision to act in
+#: (``pack_weights`` group "precision", name "bf16": [1] uint8, 1 = bf16).
+PRECISION_KEY = "precision/bf16"
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The resolved precision (``bf16``: True for "bf16") and a sentence
+    saying why, for the start-up log."""
+
+    bf16: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
+
+
+def check_precision(owner: str, value: object) -> None:
+    """Raise ``ConfigError`` naming ``owner.precision`` unless ``value`` is
+    one of ``PRECISIONS``."""
+    if not (isinstance(value, str) and value in PRECISIONS):
+        raise ConfigError(f"{owner}.precision must be one of {PRECISIONS} ('fp32': float32 "
+                          f"everywhere; 'bf16': bfloat16 autocast of the networks; 'auto': "
+                          f"bf16 where the processor has it natively and the network is "
+                          f"convolutional or wide), got {value!r}")
+
+
+def cpu_bf16_flags() -> Tuple[str, ...]:
+    """The ``NATIVE_CPU_FLAGS`` this machine's CPU reports in /proc/cpuinfo
+    (empty where it reports none, or on a system without that file)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return tuple(flag for flag in NATIVE_CPU_FLAGS if flag in flags)
+    except OSError:
+        pass
+    return ()
+
+
+def native_bf16(device: torch.device) -> Tuple[bool, str]:
+    """(whether ``device`` computes bfloat16 natively, what says so) (rule 1)."""
+    if device.type == "cpu":
+        flags = cpu_bf16_flags()
+        return (bool(flags), f"the CPU has {' and '.join(flags)}" if flags
+                else f"the CPU has none of {' or '.join(NATIVE_CPU_FLAGS)}")
+    if device.type == "cuda":
+        supported = bool(torch.cuda.is_bf16_supported())
+        return supported, f"CUDA device {device} {'supports' if supported else 'lacks'} bf16"
+    return False, f"device {device.type!r} is not known to run bf16 natively"
+
+
+def bf16_pays(*networks: nn.Module) -> Tuple[bool, str]:
+    """(whether bfloat16 pays for ``networks``, what decides it) (rule 2)."""
+    widest = 0
+    for network in networks:
+        for module in network.modules():
+            if isinstance(module, nn.modules.conv._ConvNd):
+                return True, "the network has convolutions"
+            if isinstance(module, nn.Linear):
+                widest = max(widest, module.out_features)
+    if widest >= WIDE_LAYER:
+        return True, f"its widest linear layer has {widest} >= {WIDE_LAYER} outputs"
+    return False, (f"its widest linear layer has {widest} < {WIDE_LAYER} outputs and it "
+                   f"has no convolution")
+
+
+def choose_precision(owner: str, value: str, device: torch.device,
+                     *networks: nn.Module) -> PrecisionChoice:
+    """Resolve ``owner.precision = value`` for ``networks`` on ``device``
+    (the rule: the module doc); ``ConfigError`` for a value not in
+    ``PRECISIONS``."""
+    check_precision(owner, value)
+    if value != "auto":
+        return PrecisionChoice(value == "bf16", f"{owner}.precision={value!r}")
+    native, why_native = native_bf16(device)
+    pays, why_pays = bf16_pays(*networks)
+    bf16 = native and pays
+    because = f"{why_native}; {why_pays}" if native else why_native
+    return PrecisionChoice(bf16, f"{owner}.precision='auto' -> "
+                                 f"{'bf16' if bf16 else 'fp32'} ({because})")
+
+
+def compute_context(device: torch.device, bf16: bool) -> ContextManager:
+    """The context the networks' forward passes run in: bfloat16 autocast
+    on ``device``'s type, or nothing (float32)."""
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def float32_context(tensor: torch.Tensor) -> ContextManager:
+    """A context where autocast is off on ``tensor``'s device type, for
+    math that must stay float32 whatever the caller's precision (the
+    distributions' products); nothing where autocast is not on."""
+    device_type = tensor.device.type
+    if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def precision_flag(bf16: bool) -> np.ndarray:
+    """The published flag (``PRECISION_KEY``): [1] uint8."""
+    return np.array([1 if bf16 else 0], np.uint8)
+
+
+def published_bf16(arrays: dict) -> bool:
+    """Whether published weights ``arrays`` (``pack_weights``'s flat dict)
+    say to act in bfloat16 (weights without the flag: float32)."""
+    flag = arrays.get(PRECISION_KEY)
+    return bool(flag is not None and int(np.asarray(flag).reshape(-1)[0]) == 1)

@@ -1,0 +1,268 @@
+"""The networks' compute precision (``PPOLearner.precision``,
+``SACLearner.precision``; ``utils.precision``): what "auto" picks, bf16 and
+fp32 learners agreeing on a gradient step, float32 checkpoints that load
+under either precision, actors inferring in the precision the learner
+published (the sync ratio stays ~1), a wrong value refused by name before
+anything starts, and a bf16 run of the train command end to end."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Dict, List, Optional
+
+import gin
+import numpy as np
+import pytest
+import torch
+
+import alf_async.utils.precision as precision_module
+from alf_async.algorithms.policy import NeuralPolicy
+from alf_async.algorithms.ppo_learner import PPOLearner
+from alf_async.algorithms.sac_learner import SACLearner
+from alf_async.algorithms.sac_policy import SACPolicy
+from alf_async.envs.spaces import ActionSpec, ObservationSpec
+from alf_async.runtime.trajectory import allocate_trajectory
+from alf_async.utils.precision import PRECISION_KEY, published_bf16
+from alf_async.utils.validation import ConfigError
+from reliability_helpers import read_metrics, train_in_this_process
+from test_exact_on_policy import FirstMinibatch
+
+FRAME = ObservationSpec((9, 9, 1), "uint8")
+THREE_CHOICES = ActionSpec("discrete", 1, (3,), (0,))
+VECTOR, CONTINUOUS = ObservationSpec((6,), "float32"), ActionSpec.continuous(2)
+
+
+@pytest.fixture
+def clear_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+@pytest.fixture
+def cpu_flags(monkeypatch):
+    """Set the bf16 flags the capability probe reports for this CPU."""
+    def set_flags(*flags: str) -> None:
+        monkeypatch.setattr(precision_module, "cpu_bf16_flags", lambda: tuple(flags))
+    return set_flags
+
+
+def _image_learner(**kwargs) -> PPOLearner:
+    gin.bind_parameter("ImageEncoder.architecture", "small")
+    return PPOLearner(FRAME, THREE_CHOICES, seed=3, **kwargs)
+
+
+def _acted_batch(learner: PPOLearner, observation: ObservationSpec, T: int = 8, K: int = 8,
+                 seed: int = 0, arrays: Optional[Dict[str, np.ndarray]] = None
+                 ) -> Dict[str, np.ndarray]:
+    """A [T, K] batch of random observations acted by a policy holding the
+    learner's published weights (so in the learner's published precision),
+    or ``arrays``."""
+    rng = np.random.default_rng(seed)
+    policy = NeuralPolicy(observation, learner.model.action_spec, seed=seed)
+    policy.load_weights(learner.weight_arrays() if arrays is None else arrays)
+    batch = allocate_trajectory(T, K, observation, learner.model.action_spec.dim)
+    if observation.dtype == "uint8":
+        batch["observation"][:] = rng.integers(0, 256, batch["observation"].shape)
+    else:
+        batch["observation"][:] = rng.standard_normal(batch["observation"].shape)
+    for t in range(T):
+        batch["action"][t], batch["log_prob"][t], batch["value"][t] = policy.act(
+            batch["observation"][t])
+    batch["reward"][:] = rng.standard_normal((T, K))
+    batch["terminated"][:] = rng.random((T, K)) < 0.1
+    batch["final_observation_row"][:] = -1
+    batch["bootstrap_value"][:] = policy.value(batch["observation"][-1])
+    return batch
+
+
+# -- "auto" -------------------------------------------------------------------------
+def test_auto_picks_fp32_on_a_cpu_without_bf16(clear_gin, cpu_flags):
+    cpu_flags()
+    learner = _image_learner(precision="auto")
+    assert not learner.precision.bf16
+    assert "PPOLearner.precision='auto' -> fp32" in learner.precision.reason
+    assert "none of amx_bf16 or avx512_bf16" in learner.precision.reason
+    assert not published_bf16(learner.weight_arrays())
+    assert not SACLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+
+
+@pytest.mark.parametrize("flag", ["amx_bf16", "avx512_bf16"])
+def test_auto_picks_bf16_for_a_conv_net_and_fp32_for_a_small_mlp(clear_gin, cpu_flags, flag):
+    cpu_flags(flag)
+    conv = _image_learner(precision="auto")
+    assert conv.precision.bf16, conv.precision.reason
+    assert f"the CPU has {flag}; the network has convolutions" in conv.precision.reason
+    gin.clear_config()
+    small = PPOLearner(VECTOR, CONTINUOUS, precision="auto")  # (32, 32, 32)
+    assert not small.precision.bf16
+    assert "32 < 256" in small.precision.reason
+    gin.bind_parameter("ActorNetwork.hidden_sizes", (256, 256))
+    assert PPOLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+    # SAC weighs the actor and the critics: its defaults are (400, 300).
+    assert SACLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+
+
+def test_the_resolved_precision_is_published_and_followed_by_the_policies(clear_gin):
+    bf16 = _image_learner(precision="bf16")
+    arrays = bf16.weight_arrays()
+    assert arrays[PRECISION_KEY].tolist() == [1]
+    policy = NeuralPolicy(FRAME, THREE_CHOICES)
+    policy.load_weights(arrays)
+    assert policy.bf16
+    gin.clear_config()
+    vector = PPOLearner(VECTOR, CONTINUOUS, precision="bf16")
+    policy = NeuralPolicy(VECTOR, CONTINUOUS)
+    policy.load_weights(vector.weight_arrays())
+    # A bf16 policy acts with torch: no numpy copy, none for acting env workers.
+    assert policy.bf16 and policy.acting_copy() is None
+    policy.load_weights(PPOLearner(VECTOR, CONTINUOUS).weight_arrays())
+    assert not policy.bf16 and policy.acting_copy() is not None
+    sac = SACPolicy(VECTOR, CONTINUOUS)
+    sac.load_weights(SACLearner(VECTOR, CONTINUOUS, precision="bf16").weight_arrays())
+    assert sac.bf16
+
+
+# -- agreement with float32 ---------------------------------------------------------
+def _first_step_gradient(learner: PPOLearner, batch: Dict[str, np.ndarray]
+                         ) -> torch.Tensor:
+    """The flat gradient of the learner's first gradient step on ``batch``
+    (the whole batch as one minibatch, unclipped)."""
+    learner.train(batch, behaviour_version=0)
+    return torch.cat([p.grad.reshape(-1) for p in learner.model.parameters()])
+
+
+@pytest.mark.parametrize("kind", ["conv", "mlp"])
+def test_bf16_and_fp32_learners_agree_on_the_first_gradient_step(clear_gin, kind):
+    """Same weights, same batch: the bf16 gradient points where the float32
+    one does (cosine >= 0.99) and its norm is within 5%; the weights after
+    the step stay float32."""
+    def learner(precision: str) -> PPOLearner:
+        options = dict(num_epochs=1, mini_batch_size=64, max_grad_norm=0.0,
+                       precision=precision)
+        if kind == "conv":
+            return _image_learner(**options)
+        gin.bind_parameter("ActorNetwork.hidden_sizes", (256, 256))
+        gin.bind_parameter("ValueNetwork.hidden_sizes", (256, 256))
+        return PPOLearner(VECTOR, CONTINUOUS, seed=3, **options)
+
+    fp32, bf16 = learner("fp32"), learner("bf16")
+    batch = _acted_batch(fp32, FRAME if kind == "conv" else VECTOR)
+    g32, g16 = _first_step_gradient(fp32, batch), _first_step_gradient(bf16, batch)
+    cosine = float(torch.nn.functional.cosine_similarity(g32, g16, dim=0))
+    assert cosine >= 0.99, cosine
+    assert abs(float(g16.norm() / g32.norm()) - 1.0) <= 0.05
+    assert all(t.dtype == torch.float32 for t in bf16.model.state_dict().values())
+    # A bf16 step moved the weights as Adam's first step does: lr per entry at most.
+    for a, b in zip(fp32.model.parameters(), bf16.model.parameters()):
+        assert float((a - b).detach().abs().max()) <= 2 * 3e-4 + 1e-6
+
+
+def test_a_bf16_sync_loop_keeps_the_first_minibatch_ratio_near_one(clear_gin, monkeypatch):
+    """predict -> learn -> predict with a conv net in bf16: the actor's
+    log-probabilities come from the same bf16 computation as the learner's
+    (the actor's batches of 8 frames, the learner's of 16), so the first
+    minibatch's |log pi - log mu| is 0 as in float32 (measured: exactly 0 on
+    an AVX512-BF16 CPU; bounded here at float32 rounding), and the lag
+    corrections see weights of 1. An actor that ignored the published
+    precision (float32 against the bf16 learner) would not be."""
+    first = FirstMinibatch(monkeypatch)
+    learner = _image_learner(num_epochs=2, mini_batch_size=16, precision="bf16")
+    for iteration in range(3):
+        batch = _acted_batch(learner, FRAME, seed=iteration)
+        stats = learner.train(batch, behaviour_version=iteration)
+        assert stats["importance_weight"] == 1.0 and stats["truncated_fraction"] == 0.0
+    largest = max(float(r.abs().max()) for r in first.log_ratios)
+    assert largest <= 1e-6, largest
+    float32_actor = learner.weight_arrays()
+    float32_actor[PRECISION_KEY][:] = 0
+    learner.train(_acted_batch(learner, FRAME, seed=3, arrays=float32_actor),
+                  behaviour_version=3)
+    assert float(first.log_ratios[-1].abs().max()) > 1e-6
+
+
+# -- checkpoints --------------------------------------------------------------------
+def _through_bytes(state: Dict) -> Dict:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def _float_tensors(state) -> List[torch.Tensor]:
+    if torch.is_tensor(state):
+        return [state] if state.is_floating_point() else []
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in _float_tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in _float_tensors(v)]
+    return []
+
+
+def _assert_no_half_tensors(state) -> None:
+    """Weights and optimizer moments float32 (the step counters and the
+    normalizer's statistics may be float64): nothing in 16 bits."""
+    dtypes = {t.dtype for t in _float_tensors(state)}
+    assert torch.float32 in dtypes and not dtypes & {torch.bfloat16, torch.float16}, dtypes
+
+
+@pytest.mark.parametrize("saved,loaded", [("fp32", "bf16"), ("bf16", "fp32")])
+def test_checkpoints_are_float32_and_load_under_either_precision(clear_gin, saved, loaded):
+    trained = _image_learner(num_epochs=1, mini_batch_size=32, precision=saved)
+    trained.train(_acted_batch(trained, FRAME), behaviour_version=0)
+    state = _through_bytes(trained.state_dict())
+    _assert_no_half_tensors(state)
+    assert {t.dtype for t in _float_tensors(state["model"])} == {torch.float32}
+    resumed = _image_learner(num_epochs=1, mini_batch_size=32, precision=loaded)
+    resumed.load_state_dict(state)
+    assert resumed.precision.name == loaded
+    for a, b in zip(trained.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)
+    stats = resumed.train(_acted_batch(resumed, FRAME, seed=1), behaviour_version=1)
+    assert np.isfinite(stats["policy_loss"])
+
+    sac = SACLearner(VECTOR, CONTINUOUS, batch_size=8, precision=saved)
+    sac_state = _through_bytes(sac.state_dict())
+    _assert_no_half_tensors(sac_state)
+    SACLearner(VECTOR, CONTINUOUS, batch_size=8, precision=loaded).load_state_dict(sac_state)
+
+
+# -- refused by name ----------------------------------------------------------------
+def test_a_wrong_precision_is_refused_naming_the_binding(clear_gin):
+    with pytest.raises(ConfigError, match=r"PPOLearner.precision must be one of "
+                                          r"\('fp32', 'bf16', 'auto'\).*got 'fp16'"):
+        PPOLearner(VECTOR, CONTINUOUS, precision="fp16")
+    with pytest.raises(ConfigError, match=r"SACLearner.precision .*got 'bfloat16'"):
+        SACLearner(VECTOR, CONTINUOUS, precision="bfloat16")
+
+
+@pytest.mark.parametrize("gin_file,binding", [
+    ("ppo_image_dot_centering.gin", "PPOLearner.precision"),
+    ("sac_bullet_half_cheetah.gin", "SACLearner.precision")])
+def test_the_train_command_exits_2_before_anything_starts(tmp_path, capsys, gin_file,
+                                                          binding):
+    root = tmp_path / "run"
+    rc = train_in_this_process(str(root), [gin_file], [f"{binding}='half'"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{binding} must be one of ('fp32', 'bf16', 'auto')" in err and "'half'" in err
+    assert not (root / "config.gin").exists() and not (root / "checkpoints").exists()
+
+
+# -- end to end ---------------------------------------------------------------------
+def test_a_bf16_run_of_the_image_env_trains_end_to_end(tmp_path):
+    """The train command with PPOLearner.precision='bf16' on the image env:
+    it logs the choice, its actor acts in bf16 and every sync batch is
+    on-policy (no importance weight truncated)."""
+    root = str(tmp_path / "run")
+    rc = train_in_this_process(root, ["ppo_image_dot_centering.gin"], [
+        "PPOLearner.precision='bf16'", "Trainer.num_env_steps=1024",
+        "MetricsRecorder.tensorboard=False"])
+    assert rc == 0
+    rows = [r for r in read_metrics(root) if r.get("iteration")]
+    assert rows and rows[-1]["env_steps"] >= 1024
+    assert all(r["truncated_fraction"] == 0.0 for r in rows)
+    assert all(np.isfinite(r["policy_loss"]) for r in rows)
+    with open(os.path.join(root, "log.txt"), encoding="utf-8") as f:
+        assert "precision: PPOLearner.precision='bf16'" in f.read()
