@@ -134,7 +134,7 @@ def _copy(learner: PPOLearner, **kwargs) -> PPOLearner:
     torch.save(learner.state_dict(), buffer)
     buffer.seek(0)
     resumed = PPOLearner(O, A, **kwargs)
-    resumed.load_state_dict(torch.load(buffer, weights_only=False))
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
     return resumed
 
 
