@@ -285,13 +285,21 @@ class SweepRunner:
         if rows:
             self._on_metrics(active, rows)
         if code is None:
-            where = getattr(active.process, "node_id", None)
-            outcome = self.outcomes[active.spec.name]
-            if where and where not in outcome.nodes:
-                outcome.nodes.append(where)
+            self._note_node(active)
             return False
         self._finish(active, code)
         return True
+
+    def _note_node(self, active: ActiveRun) -> None:
+        """Record in the run's status file a node it has started on (Ray)."""
+        node = getattr(active.process, "node_id", None)
+        outcome = self.outcomes[active.spec.name]
+        if node and node not in outcome.nodes:
+            outcome.nodes.append(node)
+            path = os.path.join(outcome.run_dir, STATUS_FILE)
+            record = read_json(path) or {}
+            record["nodes"] = outcome.nodes
+            write_json(path, record)
 
     def _restart_lost(self, active: ActiveRun, why: str) -> bool:
         """Start a run whose node was lost again (returns True if given up)."""
