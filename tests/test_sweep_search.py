@@ -106,19 +106,35 @@ def test_objective_final_and_auc():
     assert metric_curve(evals, "eval_return") == [(800, 50.0)]
 
 
-@pytest.mark.parametrize("sweep,named", [
+BAD_SPACES = [
     ("PPOLearner.learning_rat=loguniform(1e-5, 1e-3)", "learning_rat"),
     ("Nobody.learning_rate=uniform(0.1, 0.2)", "Nobody"),
     ("Trainer.env_name=uniform(0.1, 0.2)", "Trainer.env_name is not numeric"),
     ("PPOLearner.num_epochs=uniform(2, 8)", "PPOLearner.num_epochs is an integer"),
     ("PPOLearner.clip_ratio=uniform(0.3, 0.1)", "empty"),
-])
-def test_bad_search_spaces_exit_2_before_anything_starts(tmp_path, sweep, named):
+    ("Trainer.num_actors=choice(1, @nothing)", "Trainer.num_actors"),
+]
+
+
+def test_bad_search_spaces_are_refused_by_name(tmp_path, capsys):
+    from alf_async.bin.sweep import SearchOptions, sweep
+
+    root = str(tmp_path / "s")
+    for space, named in BAD_SPACES:
+        code = sweep(root, ["ppo_cartpole.gin"], [space], ["Trainer.num_env_steps=1024"],
+                     search=SearchOptions("optuna", 1))
+        err = capsys.readouterr().err
+        assert code == 2, space
+        assert "alf_async.sweep: error:" in err and named in err and space in err, err
+    assert not os.path.exists(root)
+
+
+def test_the_command_exits_2_on_a_bad_space_before_anything_starts(tmp_path):
     root = tmp_path / "s"
-    result = run(search_command(root, [sweep], 2048, ["--num_trials=2"]))
+    space, named = BAD_SPACES[0]
+    result = run(search_command(root, [space], 2048, ["--num_trials=2"]))
     assert result.returncode == 2, result.stderr
     assert "alf_async.sweep: error:" in result.stderr and named in result.stderr
-    assert sweep in result.stderr
     assert not root.exists()
 
 
