@@ -137,3 +137,38 @@ def test_search_survives_a_node_removed_mid_trial(cluster, tmp_path):
                                                           cluster.head_node.node_id]
     with open(os.path.join(root, lost, "log.txt")) as f:
         assert "resumed from" in f.read().lower()
+
+
+def test_a_trial_host_runs_in_a_copy_and_brings_it_back(tmp_path):
+    """The Ray actor's class by itself (no cluster): a run in a node-local copy
+    of its directory, its metrics rows streamed, the directory archived back."""
+    from alf_async.config import PACKAGE_ROOT
+    from alf_async.sweep.ray_launch import TrialHost, pack_directory, unpack_directory
+    from alf_async.sweep.runner import train_arguments
+
+    sweep_side = str(tmp_path / "trial_0000")
+    os.makedirs(sweep_side)
+    with open(os.path.join(sweep_side, "sweep_run.json"), "w") as f:
+        f.write("{}")
+    host = TrialHost()
+    host.start(None, "trial_0000", pack_directory(sweep_side),
+               train_arguments(["ppo_cartpole.gin"], ["Trainer.num_env_steps=2048"]),
+               PACKAGE_ROOT)
+    node_side = host.run_dir
+    assert node_side != sweep_side and os.path.isfile(os.path.join(node_side,
+                                                                   "sweep_run.json"))
+    rows, archive = "", b""
+    while True:
+        code, new_rows, archive = host.poll()
+        rows += new_rows
+        if code is not None:
+            break
+        wait_until(lambda: False, timeout=0.2)
+    assert code == 0
+    assert [json.loads(r)["iteration"] for r in rows.splitlines()] == [1, 2]
+    assert not os.path.exists(node_side)  # the node's copy is removed
+    unpack_directory(archive, sweep_side)
+    assert os.listdir(os.path.join(sweep_side, "checkpoints"))
+    assert not os.path.exists(os.path.join(sweep_side, "run.lock"))
+    with open(os.path.join(sweep_side, "metrics.jsonl")) as f:
+        assert f.read() == rows

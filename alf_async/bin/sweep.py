@@ -255,13 +255,14 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
     where = launcher.description if launcher else "this machine"
     print(f"[sweep] {what} in {runner.root_dir}, {max_parallel} at a time on {where}",
           file=sys.stderr, flush=True)
+    refused: tuple = (SweepLockedError,)
+    if search.search:
+        from alf_async.sweep.search import StudyMismatchError
+
+        refused += (StudyMismatchError,)
     try:
         outcomes = runner.run()
-    except SweepLockedError as e:
-        return user_error(str(e))
-    except ValueError as e:  # search.StudyMismatchError
-        if type(e).__name__ != "StudyMismatchError":
-            raise
+    except refused as e:
         return user_error(str(e))
     if search.search:
         report_search(runner, outcomes, warmup, return_threshold)

@@ -83,7 +83,7 @@ class TrialHost:
     def start(self, run_dir: Optional[str], name: str, archive: bytes,
               arguments: Sequence[str], package_root: str) -> str:
         """Start the train process; ``run_dir`` None: run in a temporary copy of
-        ``archive``. Returns this node's id."""
+        ``archive``. Returns this node's id ("" outside Ray)."""
         import ray
 
         if run_dir is None:
@@ -96,7 +96,7 @@ class TrialHost:
         self.proc = start_train_process(
             train_command(run_dir, arguments), os.path.join(run_dir, "train_output.txt"),
             train_environment(package_root))
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
     def poll(self) -> Tuple[Optional[int], str, bytes]:
         """(exit code or None, new metrics rows, the run directory's archive
