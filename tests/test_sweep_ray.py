@@ -98,7 +98,7 @@ def test_search_survives_a_node_removed_mid_trial(cluster, tmp_path):
     """Last in this module: it removes the worker node (a node added back
     here would count as this test's leftover process)."""
     root = str(tmp_path / "search")
-    worker = cluster.worker_nodes[0]
+    worker, = cluster.worker_nodes  # the one worker node of the fixture (a set)
     proc = subprocess.Popen(
         SWEEP + [f"--root_dir={root}", f"--address={cluster.address}", "--shared_dir",
                  "--search=optuna", "--num_trials=3", "--pruner=none",
@@ -114,11 +114,14 @@ def test_search_survives_a_node_removed_mid_trial(cluster, tmp_path):
                     on_worker = worker.node_id in status(run_dir).get("nodes", [])
                 except (OSError, ValueError):
                     continue
-                if on_worker and os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+                checkpoints = os.path.join(run_dir, "checkpoints")
+                if on_worker and os.path.exists(metrics) and os.path.isdir(checkpoints) \
+                        and any(n.endswith(".pt") for n in os.listdir(checkpoints)):
                     return name
             return None
 
-        assert wait_until(trial_on_worker_training, timeout=180), "no trial trains there"
+        assert wait_until(trial_on_worker_training, timeout=180), \
+            "no trial trains there with a checkpoint written"
         lost = trial_on_worker_training()
         cluster.remove_node(worker)
         out, err = proc.communicate(timeout=300)

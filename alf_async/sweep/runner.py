@@ -318,9 +318,16 @@ class SweepRunner:
             while run_lock.holder(outcome.run_dir) is not None \
                     and time.monotonic() < deadline:
                 time.sleep(0.2)
-        how = ("from its last checkpoint (its run directory is shared)" if shared else
-               "from its directory as the sweep directory holds it (from the start "
-               "unless an earlier sweep brought a checkpoint back)")
+        if shared:
+            from alf_async.training.launch import newest_checkpoint_file
+
+            newest = newest_checkpoint_file(outcome.run_dir)
+            how = (f"from its last checkpoint, {os.path.basename(newest)} (its run directory "
+                   "is shared)" if newest else
+                   "from the start: it had written no checkpoint yet")
+        else:
+            how = ("from its directory as the sweep directory holds it (from the start "
+                   "unless an earlier sweep brought a checkpoint back)")
         self.log(f"[sweep] {active.spec.name}: lost its node ({why}) on "
                  f"{active.process.where}; running it again {how}")
         active.process = self.launcher.start(
