@@ -78,6 +78,9 @@ setup(
         # alf-export --format onnx (docs/python_api.md): the exporter and the
         # runtime that checks and runs the exported file.
         "export": ["onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.2"],
+        # alf-sweep --search (docs/sweeps.md): the study, its samplers and pruners,
+        # kept in SQLite (Optuna's RDB storage). Tested with Optuna 5.0.
+        "sweep": ["optuna>=4"],
     },
     entry_points={
         "console_scripts": [

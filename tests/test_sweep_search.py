@@ -1,0 +1,242 @@
+"""Searches (alf-sweep --search): the space syntax and its checks, objectives,
+and real Optuna studies on CartPole: pruning, best trial, resume after Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from alf_async.iteration_record import IterationRecord
+from alf_async.sweep.grid import SweepSyntaxError
+from alf_async.sweep.objective import metric_curve, objective_value
+from alf_async.sweep.space import is_distribution, parse_dimension, parse_space, trial_params
+from conftest import REPO_ROOT, wait_until
+
+optuna = pytest.importorskip("optuna")
+
+SWEEP = [sys.executable, "-m", "alf_async.bin.sweep"]
+# CartPole, synchronous, 1024 env steps per iteration; a checkpoint every 2.
+TINY_CARTPOLE = ["Trainer.checkpoint_interval=2"]
+# A learning rate that cannot learn beside the config's own: the search's bad half.
+LEARNING_RATES = "PPOLearner.learning_rate=choice(1e-9, 2.5e-3)"
+
+
+def search_command(root, sweeps, steps, extra=()):
+    return (SWEEP + ["--gin_file=ppo_cartpole.gin", f"--root_dir={root}", "--search=optuna"]
+            + [f"--sweep={s}" for s in sweeps]
+            + [f"--gin_param={p}" for p in TINY_CARTPOLE + [f"Trainer.num_env_steps={steps}"]]
+            + list(extra))
+
+
+def run(cmd, timeout=300):
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_summary(root):
+    with open(os.path.join(root, "summary.csv"), newline="") as f:
+        return {row["run"]: row for row in csv.DictReader(f)}
+
+
+def load_study(root):
+    return optuna.load_study(study_name="alf_sweep",
+                             storage=f"sqlite:///{os.path.join(root, 'study.db')}")
+
+
+def metrics_iterations(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line)["iteration"] for line in f if line.strip()]
+
+
+# -- the space ----------------------------------------------------------------
+
+def test_distributions_parse_and_write_gin_text():
+    lr, epochs, clip, actors, tied = parse_space([
+        "PPOLearner.learning_rate=loguniform(1e-5, 1e-3)",
+        "PPOLearner.num_epochs=int(4, 20)", "PPOLearner.clip_ratio=uniform(0.1, 0.3)",
+        "Trainer.num_actors=choice(1, 2)", "Trainer.num_envs,:size=[(8, small), (16, big)]"])
+    assert (lr.kind, lr.low, lr.high) == ("loguniform", 1e-5, 1e-3)
+    assert (epochs.kind, clip.kind, actors.kind, tied.kind) == ("int", "uniform", "choice",
+                                                                "choice")
+    assert actors.options == ["1", "2"] and tied.options == ["(8, small)", "(16, big)"]
+    drawn = {lr.key: 3e-4, epochs.key: 7, clip.key: 0.25, actors.key: "2",
+             tied.key: "(16, big)"}
+    assert trial_params([lr, epochs, clip, actors, tied], drawn) == (
+        ("PPOLearner.learning_rate", "0.0003"), ("PPOLearner.num_epochs", "7"),
+        ("PPOLearner.clip_ratio", "0.25"), ("Trainer.num_actors", "2"),
+        ("Trainer.num_envs", "16"), (":size", "big"))
+    assert is_distribution("PPOLearner.clip_ratio=uniform(0.1, 0.3)")
+    assert not is_distribution("Trainer.num_envs=[8, 16]")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("PPOLearner.clip_ratio=uniform(0.3, 0.1)", "empty"),
+    ("PPOLearner.clip_ratio=uniform(0.2, 0.2)", "empty or a single value"),
+    ("PPOLearner.learning_rate=loguniform(0, 1e-3)", "0 < low"),
+    ("PPOLearner.num_epochs=int(4.5, 20)", "integers"),
+    ("PPOLearner.clip_ratio=uniform(0.1)", "two numbers"),
+    ("PPOLearner.clip_ratio=uniform(a, 0.3)", "must be a number"),
+    ("Trainer.num_actors=choice()", "one or more values"),
+    ("PPOLearner.clip_ratio=gauss(0, 1)", "unknown distribution"),
+    ("A.x,B.y=uniform(0, 1)", "draws one binding"),
+])
+def test_bad_distributions_are_named(text, message):
+    with pytest.raises(SweepSyntaxError, match=message) as error:
+        parse_dimension(text)
+    assert text in str(error.value)
+
+
+def test_objective_final_and_auc():
+    rows = [IterationRecord.from_json({"iteration": i, "env_steps": s, "episode_return": r})
+            for i, (s, r) in enumerate([(100, None), (200, 10.0), (400, 30.0), (600, 20.0)])]
+    curve = metric_curve(rows, "episode_return")
+    assert curve == [(200, 10.0), (400, 30.0), (600, 20.0)]
+    assert objective_value(curve, "final") == 20.0
+    # trapezoids: (200 * 20 + 200 * 25) / 400
+    assert objective_value(curve, "auc") == pytest.approx(22.5)
+    assert objective_value([], "auc") is None
+    evals = [IterationRecord.from_json({"iteration": 5, "env_steps": 900,
+                                        "eval_return": 50.0, "eval_env_steps": 800})]
+    assert metric_curve(evals, "eval_return") == [(800, 50.0)]
+
+
+BAD_SPACES = [
+    ("PPOLearner.learning_rat=loguniform(1e-5, 1e-3)", "learning_rat"),
+    ("Nobody.learning_rate=uniform(0.1, 0.2)", "Nobody"),
+    ("Trainer.env_name=uniform(0.1, 0.2)", "Trainer.env_name is not numeric"),
+    ("PPOLearner.num_epochs=uniform(2, 8)", "PPOLearner.num_epochs is an integer"),
+    ("PPOLearner.clip_ratio=uniform(0.3, 0.1)", "empty"),
+    ("Trainer.num_actors=choice(1, @nothing)", "Trainer.num_actors"),
+]
+
+
+def test_bad_search_spaces_are_refused_by_name(tmp_path, capsys):
+    from alf_async.bin.sweep import SearchOptions, sweep
+
+    root = str(tmp_path / "s")
+    for space, named in BAD_SPACES:
+        code = sweep(root, ["ppo_cartpole.gin"], [space], ["Trainer.num_env_steps=1024"],
+                     search=SearchOptions("optuna", 1))
+        err = capsys.readouterr().err
+        assert code == 2, space
+        assert "alf_async.sweep: error:" in err and named in err and space in err, err
+    assert not os.path.exists(root)
+
+
+def test_the_command_exits_2_on_a_bad_space_before_anything_starts(tmp_path):
+    root = tmp_path / "s"
+    space, named = BAD_SPACES[0]
+    result = run(search_command(root, [space], 2048, ["--num_trials=2"]))
+    assert result.returncode == 2, result.stderr
+    assert "alf_async.sweep: error:" in result.stderr and named in result.stderr
+    assert not root.exists()
+
+
+def test_search_flags_are_checked(tmp_path):
+    from alf_async.bin.sweep import SearchOptions, sweep
+
+    root = str(tmp_path / "s")
+    gin = ["ppo_cartpole.gin"]
+    space = ["PPOLearner.clip_ratio=uniform(0.1, 0.3)"]
+    assert sweep(root, gin, space) == 2  # a distribution in a grid
+    assert sweep(root, gin, space, search=SearchOptions("optuna")) == 2  # no --num_trials
+    assert sweep(root, gin, space, search=SearchOptions("grid", 2)) == 2
+    assert sweep(root, gin, space, search=SearchOptions("optuna", 2, objective="best")) == 2
+    assert sweep(root, gin, space, search=SearchOptions("optuna", 2, pruner="hyperband")) == 2
+    assert sweep(root, gin, [], search=SearchOptions("optuna", 2)) == 2
+    assert not os.path.exists(root)
+
+
+# -- real searches ----------------------------------------------------------------
+
+def test_optuna_study_prunes_the_bad_learning_rate(tmp_path):
+    """6 trials, 2 at a time; the sampler (seed 0) draws the bad rate for
+    trials 1, 4 and 5: trial 1 runs beside trial 0, before any trial is
+    complete, so it completes; trials 4 and 5 fall below the median and are
+    stopped early, each with a final checkpoint."""
+    root = str(tmp_path / "search")
+    steps = 10240
+    result = run(search_command(root, [LEARNING_RATES], steps,
+                                ["--num_trials=6", "--max_parallel=2"]))
+    assert result.returncode == 0, result.stderr
+    study = load_study(root)
+    states = {t.number: t.state.name for t in study.trials}
+    rates = {t.number: t.params["PPOLearner.learning_rate"] for t in study.trials}
+    assert len(states) == 6
+    pruned = [n for n, s in states.items() if s == "PRUNED"]
+    assert pruned and all(rates[n] == "1e-9" for n in pruned), (states, rates)
+    assert all(states[n] == "COMPLETE" for n in rates if rates[n] == "2.5e-3")
+    rows = read_summary(root)
+    for n in pruned:
+        run_dir = os.path.join(root, f"trial_{n:04d}")
+        iterations = metrics_iterations(run_dir)
+        assert len(iterations) < steps // 1024  # stopped before its budget
+        assert os.listdir(os.path.join(run_dir, "checkpoints"))
+        with open(os.path.join(run_dir, "log.txt")) as f:
+            assert "SIGTERM" in f.read()
+        assert rows[f"trial_{n:04d}"]["status"] == "pruned"
+        assert f"trial_{n:04d}: pruned at" in result.stderr
+    # the best trial: the study's, named in the output and written as best.gin
+    best = study.best_trial
+    assert rates[best.number] == "2.5e-3"
+    assert rows[f"trial_{best.number:04d}"]["status"] == "complete"
+    assert float(rows[f"trial_{best.number:04d}"]["objective"]) == pytest.approx(best.value)
+    assert f"best trial: trial_{best.number:04d}" in result.stdout
+    assert "--gin_param=PPOLearner.learning_rate=2.5e-3" in result.stdout
+    with open(os.path.join(root, "best.gin")) as f:
+        assert "PPOLearner.learning_rate = 2.5e-3" in f.read()
+    assert os.path.getsize(os.path.join(root, "search.png")) > 0
+    # the run of the best trial is an ordinary run directory with its settings
+    with open(os.path.join(root, f"trial_{best.number:04d}", "config.gin")) as f:
+        assert "PPOLearner.learning_rate = 0.0025" in f.read()
+
+
+def test_search_resumes_after_ctrl_c_without_losing_or_repeating_a_trial(tmp_path):
+    root = str(tmp_path / "search")
+    steps = 12288  # 12 iterations
+    command = search_command(root, ["PPOLearner.clip_ratio=uniform(0.1, 0.3)"], steps,
+                             ["--num_trials=3", "--max_parallel=2", "--pruner=none"])
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        metrics = os.path.join(root, "trial_0000", "metrics.jsonl")
+        assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
+                          timeout=120), "the first trial did not start training"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "trial_0000: stays running in the study" in err
+    interrupted = {t.number: t for t in load_study(root).trials}
+    assert interrupted[0].state.name == "RUNNING"
+    done_before = metrics_iterations(os.path.join(root, "trial_0000"))
+    assert 0 < len(done_before) < 12
+
+    result = run(command)
+    assert result.returncode == 0, result.stderr
+    assert "trial_0000: resumed" in result.stderr
+    study = load_study(root)
+    assert [t.number for t in study.trials] == [0, 1, 2]
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    # trial 0 kept its parameters and went on from its checkpoint: each
+    # iteration once, the last one the budget's
+    assert study.trials[0].params == interrupted[0].params
+    assert metrics_iterations(os.path.join(root, "trial_0000")) == list(range(1, 13))
+    with open(os.path.join(root, "trial_0000", "train_output.txt")) as f:
+        assert f.read().count("\n=== ") == 2  # started once, resumed once
+    with open(os.path.join(root, "trial_0002", "train_output.txt")) as f:
+        assert f.read().count("\n=== ") == 1
+    assert list(read_summary(root)) == ["trial_0000", "trial_0001", "trial_0002"]
+    # a third run has nothing left to do
+    again = run(command)
+    assert again.returncode == 0
+    assert again.stderr.count("complete earlier, skipped") == 3
