@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
@@ -18,8 +16,9 @@ from alf_async.sweep.grid import (
     sanitize_value, split_top_level)
 from alf_async.sweep.runner import STATUS_FILE, is_finished, status_of_exit
 from conftest import REPO_ROOT, wait_until
+from sweep_helpers import SWEEP_COMMAND, read_summary, run
 
-SWEEP = [sys.executable, "-m", "alf_async.bin.sweep"]
+SWEEP = SWEEP_COMMAND
 TINY = ["Trainer.num_iterations=2", "Trainer.num_env_steps=0", "Trainer.unroll_length=16",
         "PPOLearner.num_epochs=1", "Trainer.checkpoint_interval=1"]
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._+=,~-]+$")
@@ -29,16 +28,6 @@ def sweep_command(root, sweeps, params=TINY, extra=()):
     return (SWEEP + ["--gin_file=ppo_bullet_inverted_pendulum.gin", f"--root_dir={root}"]
             + [f"--sweep={s}" for s in sweeps] + [f"--gin_param={p}" for p in params]
             + list(extra))
-
-
-def run(cmd, timeout=300):
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def read_summary(root):
-    with open(os.path.join(root, "summary.csv"), newline="") as f:
-        return {row["run"]: row for row in csv.DictReader(f)}
 
 
 # -- syntax, grid, names -------------------------------------------------------

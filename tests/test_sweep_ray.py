@@ -4,11 +4,9 @@ nodes, and a node removed mid-trial."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -17,13 +15,14 @@ pytest.importorskip("optuna")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from conftest import REPO_ROOT, wait_until  # noqa: E402
+from sweep_helpers import SWEEP_COMMAND, read_summary, run  # noqa: E402
 
 # One Ray cluster at a time: every Ray test on one xdist worker.
 pytestmark = pytest.mark.xdist_group("ray")
 
 NODE_MEMORY = 80 * 1024 ** 2  # object store of each node, bytes (Ray's minimum)
-SWEEP = [sys.executable, "-m", "alf_async.bin.sweep", "--gin_file=ppo_cartpole.gin",
-         "--backend=ray", "--max_parallel=2", "--gin_param=Trainer.checkpoint_interval=2"]
+SWEEP = SWEEP_COMMAND + ["--gin_file=ppo_cartpole.gin", "--backend=ray", "--max_parallel=2",
+                         "--gin_param=Trainer.checkpoint_interval=2"]
 
 
 @pytest.fixture(scope="module")
@@ -40,19 +39,9 @@ def cluster():
         c.shutdown()
 
 
-def run(cmd, timeout=300):
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def status(run_dir):
     with open(os.path.join(run_dir, "sweep_run.json")) as f:
         return json.load(f)
-
-
-def read_summary(root):
-    with open(os.path.join(root, "summary.csv"), newline="") as f:
-        return {row["run"]: row for row in csv.DictReader(f)}
 
 
 def test_grid_runs_on_both_nodes(cluster, tmp_path):

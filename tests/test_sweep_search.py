@@ -3,12 +3,10 @@ and real Optuna studies on CartPole: pruning, best trial, resume after Ctrl-C.""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -17,10 +15,11 @@ from alf_async.sweep.grid import SweepSyntaxError
 from alf_async.sweep.objective import metric_curve, objective_value
 from alf_async.sweep.space import is_distribution, parse_dimension, parse_space, trial_params
 from conftest import REPO_ROOT, wait_until
+from sweep_helpers import SWEEP_COMMAND, read_summary, run
 
 optuna = pytest.importorskip("optuna")
 
-SWEEP = [sys.executable, "-m", "alf_async.bin.sweep"]
+SWEEP = SWEEP_COMMAND
 # CartPole, synchronous, 1024 env steps per iteration; a checkpoint every 2.
 TINY_CARTPOLE = ["Trainer.checkpoint_interval=2"]
 # A learning rate that cannot learn beside the config's own: the search's bad half.
@@ -32,16 +31,6 @@ def search_command(root, sweeps, steps, extra=()):
             + [f"--sweep={s}" for s in sweeps]
             + [f"--gin_param={p}" for p in TINY_CARTPOLE + [f"Trainer.num_env_steps={steps}"]]
             + list(extra))
-
-
-def run(cmd, timeout=300):
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def read_summary(root):
-    with open(os.path.join(root, "summary.csv"), newline="") as f:
-        return {row["run"]: row for row in csv.DictReader(f)}
 
 
 def load_study(root):

@@ -60,6 +60,21 @@ BACKENDS = ("local", "ray")
 OPTUNA_REQUIREMENT = "optuna>=4"
 
 
+@dataclass(frozen=True)
+class SearchOptions:
+    """A search's flags (see ``define_flags``, whose defaults these are);
+    ``search`` None means a grid."""
+
+    search: Optional[str] = None
+    num_trials: Optional[int] = None
+    objective: str = "final"
+    metric: str = "auto"
+    pruner: str = "median"
+    prune_after_trials: int = 2
+    prune_after_env_steps: int = 0
+    seed: int = 0
+
+
 def define_flags() -> None:
     """The command's flags (defined at start-up, not import, to allow importing
     several commands in one process)."""
@@ -72,17 +87,21 @@ def define_flags() -> None:
     flags.DEFINE_string("search", None, "search instead of a grid: 'optuna' (TPE) or "
                         "'random'")
     flags.DEFINE_integer("num_trials", None, "a search's number of trials")
-    flags.DEFINE_string("objective", "final", "a search's objective, maximised: 'final' "
+    flags.DEFINE_string("objective", SearchOptions.objective,
+                        "a search's objective, maximised: 'final' "
                         "(the metric's last value) or 'auc' (its mean over env steps)")
-    flags.DEFINE_string("objective_metric", "auto", "the metric: 'eval_return', "
+    flags.DEFINE_string("objective_metric", SearchOptions.metric,
+                        "the metric: 'eval_return', "
                         "'episode_return' (mean of the last 100 training episodes) or "
                         "'auto' (eval_return when the runs evaluate)")
-    flags.DEFINE_string("pruner", "median", "stop trials that lag: 'median', "
+    flags.DEFINE_string("pruner", SearchOptions.pruner, "stop trials that lag: 'median', "
                         "'successive_halving' or 'none'")
-    flags.DEFINE_integer("prune_after_trials", 2, "complete trials before pruning starts")
-    flags.DEFINE_integer("prune_after_env_steps", 0, "env steps a trial runs before it "
+    flags.DEFINE_integer("prune_after_trials", SearchOptions.prune_after_trials,
+                         "complete trials before pruning starts")
+    flags.DEFINE_integer("prune_after_env_steps", SearchOptions.prune_after_env_steps,
+                         "env steps a trial runs before it "
                          "can be pruned")
-    flags.DEFINE_integer("search_seed", 0, "seeds the search's sampler")
+    flags.DEFINE_integer("search_seed", SearchOptions.seed, "seeds the search's sampler")
     flags.DEFINE_string("backend", "local", "where runs run: 'local' (this machine) or "
                         "'ray' (a Ray cluster)")
     flags.DEFINE_string("address", None, "--backend=ray: the cluster ('auto', "
@@ -95,20 +114,6 @@ def define_flags() -> None:
 
 def user_error(message: str) -> int:
     return _user_error(message, command="alf_async.sweep")
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """A search's flags (see ``define_flags``); ``search`` None means a grid."""
-
-    search: Optional[str] = None
-    num_trials: Optional[int] = None
-    objective: str = "final"
-    metric: str = "auto"
-    pruner: str = "median"
-    prune_after_trials: int = 2
-    prune_after_env_steps: int = 0
-    seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -71,12 +71,12 @@ class SearchSettings:
 
     sampler: str
     num_trials: int
-    objective: str = "final"
-    metric: str = "episode_return"
-    pruner: str = "median"
-    prune_after_trials: int = 2
-    prune_after_env_steps: int = 0
-    seed: int = 0
+    objective: str
+    metric: str
+    pruner: str
+    prune_after_trials: int
+    prune_after_env_steps: int
+    seed: int
 
 
 def trial_name(number: int) -> str:

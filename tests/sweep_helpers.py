@@ -1,0 +1,25 @@
+"""What the sweep tests share: running the sweep command and reading its summary."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from typing import Dict, List
+
+from conftest import REPO_ROOT
+
+SWEEP_COMMAND = [sys.executable, "-m", "alf_async.bin.sweep"]
+
+
+def run(cmd: List[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``cmd`` from the repository root, its output captured."""
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_summary(root: str) -> Dict[str, Dict[str, str]]:
+    """summary.csv of the sweep directory ``root``: run name -> its row."""
+    with open(os.path.join(root, "summary.csv"), newline="") as f:
+        return {row["run"]: row for row in csv.DictReader(f)}
