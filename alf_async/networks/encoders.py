@@ -171,5 +171,7 @@ class ImageEncoder(nn.Module):
             x = frames.float()
         if self.scale == 1.0:
             return x
-        # In place where the conversion made a new tensor (frames of bytes).
-        return x.mul_(self.scale) if x.data_ptr() != frames.data_ptr() else x * self.scale
+        # In place where the conversion made a new tensor (a change of dtype,
+        # as from frames of bytes); told by dtype, not by the data pointer,
+        # which a traced tensor (torch.export, alf-export) does not have.
+        return x.mul_(self.scale) if x.dtype != frames.dtype else x * self.scale
