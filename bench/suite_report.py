@@ -175,20 +175,26 @@ def seed_ratios(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
             if ("sync", seed) not in by_mode or ("async", seed) not in by_mode:
                 continue
             sync, async_ = by_mode[("sync", seed)], by_mode[("async", seed)]
-            cells: Dict[str, Union[None, str, tuple]] = {}
-            for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-                s = first_at_or_above(sync[curve], score)
-                a = first_at_or_above(async_[curve], score)
-                if s is None or a is None:
-                    cells[name] = (None if s is None and a is None
-                                   else "async only" if s is None else "sync only")
-                else:
-                    cells[name] = (a[0] / s[0], a[1] / s[1])
-            ratios.setdefault(env, {})[seed] = cells
+            ratios.setdefault(env, {})[seed] = {
+                name: threshold_ratio(sync[curve], async_[curve], score)
+                for name, score in threshold_scores(ZOO_PPO_SCORES[env][1])}
     return ratios
 
 
-def _seed_cell(cell: Union[None, str, tuple]) -> str:
+def threshold_ratio(sync: Sequence[Sequence[float]], async_: Sequence[Sequence[float]],
+                    score: float) -> Union[None, str, tuple]:
+    """(async / sync env steps, async / sync seconds) to the first point
+    [env steps, wall s, return] of each curve at or above ``score``; "async
+    only" or "sync only" where one curve never got there, None where neither
+    did."""
+    s, a = first_at_or_above(sync, score), first_at_or_above(async_, score)
+    if s is None or a is None:
+        return None if s is None and a is None else "async only" if s is None else "sync only"
+    return (a[0] / s[0], a[1] / s[1])
+
+
+def ratio_cell(cell: Union[None, str, tuple]) -> str:
+    """A ``threshold_ratio`` as a table cell."""
     if cell is None or isinstance(cell, str):
         return cell or "-"
     return f"{cell[0]:.2f} steps, {cell[1]:.2f} time"
@@ -204,7 +210,7 @@ def seed_ratio_tables(results: Sequence[Dict[str, Any]], curve: str = "evaluatio
         out += head
         for seed, cells in seeds.items():
             out.append(f"| {seed} | " + " | ".join(
-                _seed_cell(cells[n]) for n in names) + " |")
+                ratio_cell(cells[n]) for n in names) + " |")
         out.append("")
     if out:
         out.append("Per seed: env steps and training time to the first point (evaluation or "
