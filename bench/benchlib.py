@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -176,19 +177,76 @@ def run_train(gin_files: Sequence[str], gin_params: Sequence[str], root_dir: str
               timeout_s: Optional[float] = None, stop_when=None,
               poll_s: float = 5.0) -> Dict[str, Any]:
     """Run the train command to its end (or until ``stop_when(rows)`` is true,
-    then stop it with SIGTERM, which writes a final checkpoint and exits 143).
+    then stop it with SIGTERM, which writes a final checkpoint and exits 143;
+    ``rows``: the run's metrics rows, checked every ``poll_s`` seconds and
+    read again only when the file changed).
 
     The child's stdout and stderr both go to our stderr. Returns
     {"returncode", "wall_s", "stopped_early", "timed_out"}.
     """
     cmd = train_command(gin_files, gin_params, root_dir)
     logger.info("running: %s", " ".join(cmd))
+    metrics_path = os.path.join(root_dir, "metrics.jsonl")
+    seen: Dict[str, Any] = {"file": None, "rows": []}
+
+    def rows_now() -> List[Dict[str, Any]]:
+        """The rows, read again only when the file changed since the last poll."""
+        try:
+            info = os.stat(metrics_path)
+            file = (info.st_size, info.st_mtime_ns)
+        except FileNotFoundError:
+            file = None
+        if file != seen["file"]:
+            seen["file"], seen["rows"] = file, read_metrics(metrics_path)
+        return seen["rows"]
+
+    stop = None if stop_when is None else (lambda: stop_when(rows_now()))
+    return children.run_child(cmd, env=repo_env(), timeout_s=timeout_s, stop_when=stop,
+                              poll_s=poll_s)
+
+
+def repo_env() -> Dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH:
+    the library's commands run as children use this checkout's code."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    metrics_path = os.path.join(root_dir, "metrics.jsonl")
-    stop = None if stop_when is None else (lambda: stop_when(read_metrics(metrics_path)))
-    return children.run_child(cmd, env=env, timeout_s=timeout_s, stop_when=stop,
-                              poll_s=poll_s)
+    return env
+
+
+_PLAYED_EPISODE = re.compile(r"^episode (\d+): return (\S+), length (\d+)$", re.MULTILINE)
+_PLAYED_CHECKPOINT = re.compile(r"^checkpoint: (.+?); env: ", re.MULTILINE)
+
+
+def play_run(root_dir: str, num_episodes: int, timeout_s: Optional[float] = None
+             ) -> Dict[str, Any]:
+    """Evaluate a run's newest checkpoint as a user would, with the play
+    command (``python -m alf_async.bin.play --root_dir=RUN --num_episodes=N``:
+    the policy's mean action on one env, episode i reset with seed i - 1, no
+    rendering).
+
+    Returns {"checkpoint": its path, "returns": [...], "lengths": [env steps,
+    ...], "eval_return": their mean, "eval_return_std": their (population)
+    std, "eval_s": seconds the command took}. Raises RuntimeError when the
+    command fails or prints no episode.
+    """
+    cmd = [sys.executable, "-m", "alf_async.bin.play", f"--root_dir={root_dir}",
+           f"--num_episodes={num_episodes}"]
+    logger.info("running: %s", " ".join(cmd))
+    status = children.run_child(cmd, env=repo_env(), timeout_s=timeout_s,
+                                capture_stdout=True)
+    episodes = [(float(ret.rstrip(",")), int(length))
+                for _, ret, length in _PLAYED_EPISODE.findall(status["stdout"])]
+    if status["returncode"] != 0 or status["timed_out"] or not episodes:
+        raise RuntimeError(f"the play command on {root_dir} failed (exit "
+                           f"{status['returncode']}, {len(episodes)} episode(s)): "
+                           f"{status['stdout'][-500:]}")
+    checkpoint = _PLAYED_CHECKPOINT.search(status["stdout"])
+    returns = [ret for ret, _ in episodes]
+    avg = sum(returns) / len(returns)
+    return {"checkpoint": checkpoint.group(1) if checkpoint else None, "returns": returns,
+            "lengths": [length for _, length in episodes], "eval_return": avg,
+            "eval_return_std": (sum((r - avg) ** 2 for r in returns) / len(returns)) ** 0.5,
+            "eval_s": status["wall_s"]}
 
 
 def read_jsonl(path: str) -> List[Dict[str, Any]]:
@@ -222,6 +280,28 @@ def steady_rows(rows: List[Dict[str, Any]], warmup: int) -> List[Dict[str, Any]]
     if not kept and rows:
         logger.warning("only %d iterations for a warm-up of %d: using the last one",
                        len(rows), warmup)
+        kept = rows[-1:]
+    return kept
+
+
+def steady_rows_per_session(rows: List[Dict[str, Any]], warmup: int) -> List[Dict[str, Any]]:
+    """Rows after the first ``warmup`` iterations of each session of a run
+    resumed across sessions: a session begins at the first row and at every
+    row that carries ``startup_s`` (the first iteration after a start or a
+    resume, whose T counts from the loop's start; for N >= 2 the next ones
+    find batches the actors unrolled meanwhile). For a run trained in one go
+    this is ``steady_rows``. Falls back to the last row if nothing is left."""
+    kept: List[Dict[str, Any]] = []
+    in_session = 0
+    for index, row in enumerate(rows):
+        started = row.get("startup_s")
+        if index == 0 or (isinstance(started, (int, float)) and math.isfinite(started)):
+            in_session = 0
+        in_session += 1
+        if in_session > warmup:
+            kept.append(row)
+    if not kept and rows:
+        logger.warning("no session longer than a warm-up of %d: using the last row", warmup)
         kept = rows[-1:]
     return kept
 
