@@ -48,6 +48,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
+from alf_async.reporting.run_metrics import return_curve
 from bench import benchlib
 from bench.suite_report import (CHECKPOINTS, MODES, WIDTH_CHECKPOINTS, ZOO_PPO_SCORES,
                                 eval_at, first_at_or_above, report, threshold_scores)
@@ -116,8 +117,7 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
     for steps in CHECKPOINTS:
         result[f"eval_at_{steps // 1_000_000}M"] = eval_at(evals, steps)
     # the console's training return (mean of the last 100 episodes) per row
-    result["training"] = [[r["env_steps"], r["wall_time"], r["episode_return"]]
-                          for r in rows if r.get("episode_return") is not None]
+    result["training"] = [list(point) for point in return_curve(rows)]
     result["policy_width"] = [
         [steps, row.get("action_std"), row.get("entropy")]
         for steps, row in ((steps, next((r for r in rows if r["env_steps"] >= steps), None))

@@ -104,3 +104,22 @@ def test_thresholds_are_read_on_the_training_return_as_well_as_on_evaluations():
     width = suite.width_table(results)
     assert "| sync seed 0 | 0.410 / -1.50 | 0.300 / -3.25 | - |" in width
     assert "async seed 0" not in width
+
+
+def test_a_run_s_training_curve_leaves_out_iterations_without_a_return(tmp_path):
+    """The metrics write NaN for the return before the first episode ends;
+    the suite's training curve (and so its JSON results) must not carry it."""
+    import json
+    import math
+
+    from bench.suite import analyse_run
+
+    rows = [{"iteration": i, "env_steps": 4096 * i, "wall_time": 2.0 * i, "num_envs": 16,
+             "num_actors": 1, "unroll_length": 256, "T": 2.0, "EPS": 8.0,
+             "episode_return": float("nan") if i < 3 else 100.0 * i} for i in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = analyse_run("half_cheetah", "sync", 0, str(tmp_path))
+    assert [p[0] for p in result["training"]] == [4096 * 3, 4096 * 4, 4096 * 5]
+    assert all(math.isfinite(p[2]) for p in result["training"])
+    json.dumps(result, allow_nan=False)
