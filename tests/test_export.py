@@ -112,6 +112,9 @@ def test_the_export_command_writes_the_file(trained_run, tmp_path):  # noqa: F81
     result = _export_command(f"--root_dir={root}", "--format=onnx", f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote onnx to {output}" in result.stdout
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert output.stat().st_mode & 0o777 == 0o666 & ~umask  # as any new file: others may read it
     assert "input state [B, 64] float32" in result.stdout
     assert "output action [B] int64" in result.stdout
     run = OnnxPolicy(str(output))

@@ -3,7 +3,8 @@
 ``atomic_write`` is the one way alf_async writes a file that must stay whole:
 checkpoints, configs, metrics rewrites, reports. The data goes to a temporary file
 in the same directory, is flushed and fsync'ed, then renamed over the target
-(``os.replace`` is atomic on POSIX); on any error the temporary file is removed
+(``os.replace`` is atomic on POSIX) with the permissions a plain ``open``
+would have given it (the target's own where it exists); on any error the temporary file is removed
 and the target is left as it was, and an ``OSError`` (a full disk, a quota, a
 read-only file system) names the target file, so that the caller's message can
 say which file could not be written.
@@ -44,6 +45,8 @@ def atomic_write(path: str, mode: str = "w", fsync: bool = True) -> Iterator[IO]
     fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX + os.path.basename(path) + ".",
                                suffix=TEMPORARY_SUFFIX, dir=directory)
     try:
+        # mkstemp makes the file 0600; the replaced file keeps the mode users expect
+        os.fchmod(fd, _new_file_mode(path))
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
@@ -63,6 +66,29 @@ def atomic_write(path: str, mode: str = "w", fsync: bool = True) -> Iterator[IO]
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _new_file_mode(path: str) -> int:
+    """The permission bits of ``path`` where it exists, else those ``open``
+    would give a new file (0666 less the process's umask)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str, text: str, fsync: bool = False) -> None:
