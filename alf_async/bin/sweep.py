@@ -71,7 +71,7 @@ class SearchOptions:
     metric: str = "auto"
     pruner: str = "median"
     prune_after_trials: int = 2
-    prune_after_env_steps: int = 0
+    prune_after_env_steps: Optional[int] = None  # None: a third of a trial's budget
     seed: int = 0
 
 
@@ -99,8 +99,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("prune_after_trials", SearchOptions.prune_after_trials,
                          "complete trials before pruning starts")
     flags.DEFINE_integer("prune_after_env_steps", SearchOptions.prune_after_env_steps,
-                         "env steps a trial runs before it "
-                         "can be pruned")
+                         "env steps a trial runs before it can be pruned (default: a "
+                         "third of its budget, Trainer.num_env_steps: early returns are "
+                         "mostly noise)")
     flags.DEFINE_integer("search_seed", SearchOptions.seed, "seeds the search's sampler")
     flags.DEFINE_string("backend", "local", "where runs run: 'local' (this machine) or "
                         "'ray' (a Ray cluster)")
@@ -159,12 +160,20 @@ def _check_options(search: SearchOptions, placement: PlacementOptions,
         return f"--search needs --num_trials >= 1, got {search.num_trials}"
     if not sweeps:
         return "--search needs at least one --sweep to search over"
-    if search.prune_after_trials < 0 or search.prune_after_env_steps < 0:
+    if search.prune_after_trials < 0 or (search.prune_after_env_steps or 0) < 0:
         return "--prune_after_trials and --prune_after_env_steps must be >= 0"
     if importlib.util.find_spec("optuna") is None:
         return ("--search needs Optuna, which is not installed; install it with "
                 f"pip install -e \".[sweep]\" or pip install \"{OPTUNA_REQUIREMENT}\"")
     return None
+
+
+def _pruning_after(search: SearchOptions, env_steps: int) -> str:
+    """When the pruner may act, for the sweep's first line."""
+    if search.pruner == "none":
+        return ""
+    return (f" (from {env_steps} env steps of a trial and {search.prune_after_trials} "
+            "complete trial(s) on)")
 
 
 def _launcher(placement: PlacementOptions):
@@ -203,12 +212,16 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
         gin_paths = [find_gin_file(f) for f in gin_files]
         if search.search:
             from alf_async.sweep.space import parse_space
-            from alf_async.sweep.trial_config import check_space, default_objective_metric
+            from alf_async.sweep.trial_config import (check_space, default_objective_metric,
+                                                      default_prune_after_env_steps)
 
             dimensions = parse_space(sweeps)
             check_space(dimensions, gin_paths, gin_params)
             metric = (default_objective_metric(gin_paths, gin_params)
                       if search.metric == "auto" else search.metric)
+            prune_after_env_steps = (
+                default_prune_after_env_steps(gin_paths, gin_params)
+                if search.prune_after_env_steps is None else search.prune_after_env_steps)
         else:
             specs = run_specs([parse_sweep(s) for s in sweeps])
     except (ConfigError, SweepSyntaxError) as e:
@@ -216,7 +229,8 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
     if dry_run:
         if search.search:
             print(f"{search.search} search, {search.num_trials} trial(s), objective "
-                  f"{search.objective} {metric}, pruner {search.pruner}")
+                  f"{search.objective} {metric}, pruner {search.pruner}"
+                  f"{_pruning_after(search, prune_after_env_steps)}")
             for dimension in dimensions:
                 print(f"  {dimension.describe()}")
         else:
@@ -244,10 +258,11 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
 
         settings = SearchSettings(search.search, search.num_trials, search.objective, metric,
                                   search.pruner, search.prune_after_trials,
-                                  search.prune_after_env_steps, search.seed)
+                                  prune_after_env_steps, search.seed)
         runner = SearchRunner(root_dir, gin_paths, dimensions, settings, **common)
         what = (f"{search.search} search of {search.num_trials} trial(s), objective "
-                f"{search.objective} {metric}, pruner {search.pruner}")
+                f"{search.objective} {metric}, pruner {search.pruner}"
+                f"{_pruning_after(search, prune_after_env_steps)}")
     else:
         runner = SweepRunner(root_dir, gin_paths, specs, **common)
         what = f"{len(specs)} run(s)"
