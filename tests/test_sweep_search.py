@@ -162,10 +162,9 @@ def test_search_flags_are_checked(tmp_path):
 # -- real searches ----------------------------------------------------------------
 
 def test_optuna_study_prunes_the_bad_learning_rate(tmp_path):
-    """6 trials, 2 at a time; the sampler (seed 0) draws the bad rate for
-    trials 1, 4 and 5: trial 1 runs beside trial 0, before any trial is
-    complete, so it completes; trials 4 and 5 fall below the median and are
-    stopped early, each with a final checkpoint."""
+    """6 trials, 2 at a time (the sampler seeded 0): a bad rate drawn once two
+    trials are complete falls below the median and is stopped early, with a
+    final checkpoint; every good rate completes."""
     root = str(tmp_path / "search")
     steps = 10240
     result = run(search_command(root, [LEARNING_RATES], steps,
