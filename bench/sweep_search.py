@@ -4,9 +4,10 @@ Runs ``alf-sweep`` twice on one config with the same budget per trial:
 
 - a grid over learning rate x epochs x (clip ratio, entropy coefficient)
   (12 points; 4 with ``--trials 4``);
-- an Optuna search (TPE, median pruning) of as many trials over ranges that
-  hold the grid's values: ``loguniform`` learning rate, ``int`` epochs,
-  ``uniform`` clip ratio and entropy coefficient.
+- an Optuna search (TPE, median pruning unless ``--pruner`` says otherwise)
+  of as many trials over ranges that hold the grid's values: ``loguniform``
+  learning rate, ``int`` epochs, ``uniform`` clip ratio and entropy
+  coefficient.
 
 For each it reports the best objective found (the final value of the
 objective's metric, ``eval_return`` when the config evaluates, else the mean
@@ -57,6 +58,9 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
                    help="trials of each sweep (the grid's size)")
     p.add_argument("--env_steps", type=int, default=300000, help="budget of each trial")
     p.add_argument("--max_parallel", type=int, default=2, help="trials at a time")
+    p.add_argument("--pruner", default="median",
+                   help="the search's pruner (alf-sweep --pruner): median, "
+                        "successive_halving or none")
     p.add_argument("--sweeps", default="grid,optuna",
                    help="which sweeps to run: grid, optuna or both (comma-separated)")
     benchlib.add_common_train_args(p)
@@ -105,10 +109,11 @@ def main(argv: List[str] = None) -> None:
     args = parse_args(argv)
     base = benchlib.RunDir(args.root_dir, "sweep_search", args.keep)
     flags = {"grid": [f"--sweep={s}" for s in GRIDS[args.trials]],
-             "optuna": ["--search=optuna", f"--num_trials={args.trials}", "--pruner=median"]
+             "optuna": ["--search=optuna", f"--num_trials={args.trials}",
+                        f"--pruner={args.pruner}"]
              + [f"--sweep={s}" for s in SPACE]}
     result: Dict[str, Any] = {"bench": "sweep_search", "gin_file": args.gin_file,
-                              "trials": args.trials, "env_steps_per_trial": args.env_steps}
+                              "pruner": args.pruner, "trials": args.trials, "env_steps_per_trial": args.env_steps}
     try:
         for name in args.sweeps:
             result[name] = run_sweep(args, os.path.join(base.path, name), flags[name])
