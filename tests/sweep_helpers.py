@@ -23,3 +23,13 @@ def read_summary(root: str) -> Dict[str, Dict[str, str]]:
     """summary.csv of the sweep directory ``root``: run name -> its row."""
     with open(os.path.join(root, "summary.csv"), newline="") as f:
         return {row["run"]: row for row in csv.DictReader(f)}
+
+
+def wait_for_training(run_dir: str, what: str, timeout: float = 120) -> None:
+    """Wait until the run in ``run_dir`` has written a metrics row (its first
+    iteration is done); fail naming ``what`` if it has not within ``timeout`` s."""
+    from conftest import wait_until
+
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
+                      timeout=timeout), f"{what} did not start training"

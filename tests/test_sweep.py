@@ -16,7 +16,7 @@ from alf_async.sweep.grid import (
     sanitize_value, split_top_level)
 from alf_async.sweep.runner import STATUS_FILE, is_finished, status_of_exit
 from conftest import REPO_ROOT, wait_until
-from sweep_helpers import SWEEP_COMMAND, read_summary, run
+from sweep_helpers import SWEEP_COMMAND, read_summary, run, wait_for_training
 
 SWEEP = SWEEP_COMMAND
 TINY = ["Trainer.num_iterations=2", "Trainer.num_env_steps=0", "Trainer.unroll_length=16",
@@ -249,9 +249,7 @@ def test_ctrl_c_stops_running_children_cleanly(tmp_path):
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        metrics = os.path.join(root, "num_envs=2", "metrics.jsonl")
-        assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
-                          timeout=120), "the first run did not start training"
+        wait_for_training(os.path.join(root, "num_envs=2"), "the first run")
         # the train process and its actors: in their own session, not the sweep's
         sweep_process = psutil.Process(proc.pid)
         run_tree = sweep_process.children(recursive=True)
@@ -284,9 +282,7 @@ def test_runs_stop_when_the_sweep_is_killed(tmp_path):
                             cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        metrics = os.path.join(root, "seed=0", "metrics.jsonl")
-        assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
-                          timeout=120), "the run did not start training"
+        wait_for_training(os.path.join(root, "seed=0"), "the run")
         run_tree = psutil.Process(proc.pid).children(recursive=True)
         proc.kill()
         proc.wait(timeout=10)

@@ -15,8 +15,8 @@ from alf_async.iteration_record import IterationRecord
 from alf_async.sweep.grid import SweepSyntaxError
 from alf_async.sweep.objective import metric_curve, objective_value
 from alf_async.sweep.space import is_distribution, parse_dimension, parse_space, trial_params
-from conftest import REPO_ROOT, wait_until
-from sweep_helpers import SWEEP_COMMAND, read_summary, run
+from conftest import REPO_ROOT
+from sweep_helpers import SWEEP_COMMAND, read_summary, run, wait_for_training
 
 optuna = pytest.importorskip("optuna")
 
@@ -211,9 +211,7 @@ def test_search_resumes_after_ctrl_c_without_losing_or_repeating_a_trial(tmp_pat
     proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        metrics = os.path.join(root, "trial_0000", "metrics.jsonl")
-        assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
-                          timeout=120), "the first trial did not start training"
+        wait_for_training(os.path.join(root, "trial_0000"), "the first trial")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
