@@ -90,7 +90,7 @@ def test_a_second_training_on_a_running_run_exits_2_naming_the_holder(tmp_path):
         if run.running():
             run.kill_group()
     assert holder(root) is None
-    assert not run.leftover_processes()
+    run.assert_clean()
 
 
 def test_the_lock_of_a_killed_trainer_is_taken_over_and_logged(tmp_path):
