@@ -19,10 +19,17 @@ bins of ``--bin`` env steps and each statistic is averaged per bin:
 - episode_return (training, stochastic) and eval_return (deterministic, the
   evaluation that fell in the bin).
 
+``--plot PATH`` also draws the curves themselves, row by row (not binned):
+one panel per statistic of ``--plot_stats`` against env steps, every run a
+line (eval_return as points), approx_kl and behaviour_kl on a log scale, so a
+run that blows up past its budget shows where.
+
 Usage: python -m bench.training_traces sync=runs/suite/half_cheetah_sync_s0 \\
-           async=runs/suite/half_cheetah_async_s0 --bin 200000
+           async=runs/suite/half_cheetah_async_s0 --bin 200000 [--plot traces.png]
 Output: a markdown table per statistic on stderr, one JSON line on stdout
-{"bench": "training_traces", "bin": ..., "runs": {label: {stat: [per bin]}}}.
+{"bench": "training_traces", "bin": ..., "runs": {label: {stat: [per bin]}},
+"summary": {label: {"env_steps", "best_return", "final_return",
+"max_approx_kl"}}, "plot": path or null}.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import logging
 import math
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench import benchlib
 
@@ -66,6 +73,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (a run's --root_dir)")
     p.add_argument("--bin", type=int, default=200_000, help="env steps per bin")
+    p.add_argument("--plot", default=None, help="write the curves to this PNG")
+    p.add_argument("--plot_stats", default="episode_return,approx_kl",
+                   help="comma-separated statistics, one panel each")
     args = p.parse_args(argv)
     args.labelled = []
     for item in args.runs:
@@ -75,7 +85,58 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         args.labelled.append((label, path))
     if args.bin < 1:
         p.error(f"--bin must be >= 1 env step, got {args.bin}")
+    args.plot_stat_list = [s for s in args.plot_stats.split(",") if s]
+    unknown = [s for s in args.plot_stat_list if s not in STATS]
+    if unknown or not args.plot_stat_list:
+        p.error(f"--plot_stats: unknown {unknown or 'none given'}; choose from {', '.join(STATS)}")
     return args
+
+
+LOG_SCALE_STATS = ("approx_kl", "behaviour_kl")
+
+
+def summary(rows: Sequence[Dict]) -> Dict[str, Optional[float]]:
+    """A run's length and the figures a collapse shows in: its best and last
+    training return (metrics ``episode_return``) and its largest approx_kl."""
+    def finite(stat: str) -> List[float]:
+        return [float(r[stat]) for r in rows if isinstance(r.get(stat), (int, float))
+                and math.isfinite(r[stat])]
+    returns, kls = finite("episode_return"), finite("approx_kl")
+    return {"env_steps": int(rows[-1]["env_steps"]) if rows else 0,
+            "best_return": max(returns) if returns else None,
+            "final_return": returns[-1] if returns else None,
+            "max_approx_kl": max(kls) if kls else None}
+
+
+def plot_curves(loaded: Sequence[Tuple[str, Sequence[Dict], Sequence[Dict]]],
+                stats: Sequence[str], path: str) -> None:
+    """One panel per statistic against env steps (millions), a line per run
+    from its metrics rows, eval_return as markers from its eval rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(stats), 1, figsize=(9, 2.6 * len(stats)), sharex=True,
+                             squeeze=False)
+    for ax, stat in zip(axes[:, 0], stats):
+        for i, (label, rows, evals) in enumerate(loaded):
+            source, style = (evals, "o-") if stat == "eval_return" else (rows, "-")
+            points = [(int(r["env_steps"]) / 1e6, float(r[stat])) for r in source
+                      if isinstance(r.get(stat), (int, float)) and math.isfinite(r[stat])
+                      and (stat not in LOG_SCALE_STATS or r[stat] > 0)]
+            if points:
+                ax.plot(*zip(*points), style, color=f"C{i % 10}", label=label,
+                        linewidth=1, markersize=3)
+        if stat in LOG_SCALE_STATS:
+            ax.set_yscale("log")
+        ax.set_ylabel(stat)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7, ncol=3)
+    axes[-1, 0].set_xlabel("env steps (millions)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _cell(value: Optional[float]) -> str:
@@ -110,8 +171,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             lines.append(f"| {label} | " + " | ".join(_cell(v) for v in trace[stat]) + " |")
         lines.append("")
     print("\n".join(lines), file=sys.stderr)
+    if args.plot:
+        plot_curves(loaded, args.plot_stat_list, args.plot)
     benchlib.emit({"bench": "training_traces", "bin": args.bin, "runs": traces,
-                   "dirs": dict(args.labelled)})
+                   "summary": {label: summary(rows) for label, rows, _ in loaded},
+                   "dirs": dict(args.labelled), "plot": args.plot})
     return 0
 
 
