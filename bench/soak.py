@@ -519,6 +519,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 per_actor = 1 + args.num_env_workers
                 cluster = SoakCluster(head_cpus=(args.num_actors - 1) * per_actor,
                                       node_cpus=per_actor)
+                env.update(cluster.driver_environment())
                 params += ["Trainer.backend='ray'", f"RayBackend.address='{cluster.address}'",
                            f"RayBackend.num_cpus_per_actor={per_actor}"]
             params += args.gin_param

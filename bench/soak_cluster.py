@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Optional
 
 logger = logging.getLogger("soak")
 
 NODE_OBJECT_STORE_BYTES = 100 * 1024 ** 2  # each node's object store
+# Ray's switch that makes its nodes (and drivers) use 127.0.0.1 as their address.
+_LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class SoakCluster:
@@ -25,7 +27,7 @@ class SoakCluster:
     """
 
     def __init__(self, head_cpus: int, node_cpus: int):
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+        os.environ.setdefault(_LOOPBACK_SWITCH, "0")  # loopback only
         os.environ.setdefault("RAY_worker_niceness", "0")  # actors at the learner's priority
         from ray.cluster_utils import Cluster
 
@@ -39,6 +41,14 @@ class SoakCluster:
     @property
     def address(self) -> str:
         return self.cluster.address
+
+    @staticmethod
+    def driver_environment() -> Dict[str, str]:
+        """What a driver process (the train command) needs in its environment
+        to join this cluster: the loopback switch its nodes were started with.
+        Without it Ray turns the address 127.0.0.1 into the machine's own
+        address, where nothing listens, and ``ray.init`` retries for minutes."""
+        return {_LOOPBACK_SWITCH: os.environ[_LOOPBACK_SWITCH]}
 
     def add_node(self) -> None:
         """Start a worker node and wait until the cluster sees it."""

@@ -144,3 +144,25 @@ def test_the_on_demand_env_raises_once_per_trigger_file(tmp_path, monkeypatch):
         env.step(action)  # one file, one failure
     finally:
         env.close()
+
+
+def test_a_train_command_given_the_soak_clusters_environment_joins_it():
+    """The Ray soak's cluster listens on loopback; a driver started without Ray's
+    loopback switch turns 127.0.0.1 into the machine's own address and never
+    reaches it (the soak's train command hung so). The environment the soak
+    hands its train command carries the switch, whatever the soak's own had."""
+    from bench.soak_cluster import SoakCluster
+
+    cluster = SoakCluster(head_cpus=1, node_cpus=1)
+    try:
+        env = {k: v for k, v in os.environ.items()
+               if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+        env.update(cluster.driver_environment())
+        code = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+                "print(sum(1 for n in ray.nodes() if n['Alive'])); ray.shutdown()")
+        joined = subprocess.run([sys.executable, "-c", code, cluster.address], env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert joined.returncode == 0, joined.stderr[-2000:]
+        assert joined.stdout.strip().splitlines()[-1] == "2"
+    finally:
+        cluster.shutdown()
