@@ -55,3 +55,23 @@ def test_a_run_over_the_bound_logs_the_warning(tmp_path):
     log = open(os.path.join(root, "log.txt"), encoding="utf-8").read()
     assert log.count("approx_kl has been above 1e-12 for 2 iterations in a row "
                      "(iterations 1-2") == 1, log[-3000:]
+
+
+def test_one_iteration_above_the_spike_warns_at_once_naming_it():
+    """The image env's async run past its budget: two iterations of 1.04 and
+    2.23, back under the bound before a third, then the return fell."""
+    watch = KLWatch(bound=0.1, iterations=3, spike=1.0)
+    kls = [0.02, 0.12, 0.05, 1.04, 2.23, 0.39, 0.01, 1.5]
+    texts = {i: watch.observe(i, {"approx_kl": kl}) for i, kl in enumerate(kls, start=1)}
+    assert [i for i, t in texts.items() if t] == [4, 8]  # 5 and 6 continue 4's streak
+    assert "approx_kl reached 1.04 at iteration 4 (above KLWatch.spike=1)" in texts[4]
+    assert "KLWatch.spike" in texts[4] and "PPOLearner.target_kl" in texts[4]
+    # spike 0: only streaks warn (iterations 4-6 are three above the bound).
+    streaks_only = KLWatch(bound=0.1, iterations=3, spike=0.0)
+    assert [i for i, kl in enumerate(kls, start=1)
+            if streaks_only.observe(i, {"approx_kl": kl})] == [6]
+
+
+def test_a_spike_below_the_bound_is_refused_by_name():
+    with pytest.raises(ConfigError, match="KLWatch.spike=0.05 is below KLWatch.bound=0.1"):
+        KLWatch(bound=0.1, spike=0.05)
