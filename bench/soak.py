@@ -34,7 +34,7 @@ with the faults marked (``<out_dir>/soak.png``).
 
     python -m bench.soak                                   # 2 hours
     python -m bench.soak --minutes 5 --fault_interval_minutes 0.6 --warmup_minutes 1
-    python -m bench.soak --backend ray --minutes 30
+    python -m bench.soak --backend ray --minutes 30 --fault_interval_minutes 3.5
 
 stdout: exactly one JSON line; logs go to stderr, the runs' own output to
 ``<out_dir>/train-<i>.log``. Exit status 0 when every verdict passes.
@@ -46,6 +46,7 @@ import argparse
 import datetime
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -132,6 +133,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.num_env_workers < 1 and "env_worker_sigkill" in kinds:
         p.error("--num_env_workers must be >= 1 to kill env workers")
     args.fault_kinds = kinds
+    # Faults come every interval while at least one interval of the plan is
+    # left, and the last may slip past that while an earlier one settles: about
+    # minutes / interval - 2 of them (the node removal on Ray comes on top).
+    args.fault_slots = max(0, math.floor(args.minutes / args.fault_interval_minutes) - 2)
     return args
 
 
@@ -490,6 +495,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s [soak] %(message)s", datefmt="%H:%M:%S")
     args = parse_args(argv)
+    if args.fault_slots < len(args.fault_kinds):
+        logger.warning("a %.0f-minute soak with a fault every %g minutes has room for about "
+                       "%d faults, fewer than the %d kinds of --faults: some will not come "
+                       "(every_fault_kind_injected fails); lower --fault_interval_minutes to "
+                       "%.2g or less", args.minutes, args.fault_interval_minutes,
+                       args.fault_slots, len(args.fault_kinds),
+                       args.minutes / (len(args.fault_kinds) + 2))
     out_dir = os.path.abspath(args.out_dir or tempfile.mkdtemp(prefix="alf_async_soak_"))
     os.makedirs(out_dir, exist_ok=True)
     base_env = args.env_name or configured_value(args.gin_file, args.gin_param,

@@ -166,3 +166,18 @@ def test_a_train_command_given_the_soak_clusters_environment_joins_it():
         assert joined.stdout.strip().splitlines()[-1] == "2"
     finally:
         cluster.shutdown()
+
+
+def test_the_soak_counts_the_faults_its_plan_has_room_for(tmp_path):
+    """30 minutes at one fault every 5 left two kinds of the rotation out (the
+    Ray soak of 2026-11-28): the soak says so before it starts."""
+    from bench.soak import parse_args
+
+    assert parse_args(["--minutes", "30"]).fault_slots == 4
+    assert parse_args(["--minutes", "30", "--fault_interval_minutes", "3.5"]).fault_slots == 6
+    assert parse_args([]).fault_slots >= len(parse_args([]).fault_kinds)
+    result = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "30",
+                             "--gin_file", "no_such_file.gin", "--out_dir", str(tmp_path)],
+                            cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert "room for about 4 faults, fewer than the 6 kinds" in result.stderr, result.stderr[-2000:]
