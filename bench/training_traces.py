@@ -50,6 +50,14 @@ STATS = ("behaviour_kl", "truncated_fraction", "truncated_weight", "importance_w
          "learning_rate", "gradient_steps", "episode_return", "eval_return")
 
 
+def finite_value(row: Dict, stat: str) -> Optional[float]:
+    """``row[stat]`` as a float when it is a finite number, else None."""
+    value = row.get(stat)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def binned(rows: Sequence[Dict], evals: Sequence[Dict], bin_steps: int,
            num_bins: int) -> Dict[str, List[Optional[float]]]:
     """stat -> its mean over the rows whose env_steps fall in each bin
@@ -61,9 +69,9 @@ def binned(rows: Sequence[Dict], evals: Sequence[Dict], bin_steps: int,
         for row in source:
             i = min(int(row["env_steps"]) // bin_steps, num_bins - 1)
             for stat in STATS:
-                value = row.get(stat)
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    sums[stat][i] += float(value)
+                value = finite_value(row, stat)
+                if value is not None:
+                    sums[stat][i] += value
                     counts[stat][i] += 1
     return {s: [sums[s][i] / counts[s][i] if counts[s][i] else None
                 for i in range(num_bins)] for s in STATS}
@@ -99,8 +107,7 @@ def summary(rows: Sequence[Dict]) -> Dict[str, Optional[float]]:
     """A run's length and the figures a collapse shows in: its best and last
     training return (metrics ``episode_return``) and its largest approx_kl."""
     def finite(stat: str) -> List[float]:
-        return [float(r[stat]) for r in rows if isinstance(r.get(stat), (int, float))
-                and math.isfinite(r[stat])]
+        return [v for v in (finite_value(r, stat) for r in rows) if v is not None]
     returns, kls = finite("episode_return"), finite("approx_kl")
     return {"env_steps": int(rows[-1]["env_steps"]) if rows else 0,
             "best_return": max(returns) if returns else None,
@@ -122,9 +129,9 @@ def plot_curves(loaded: Sequence[Tuple[str, Sequence[Dict], Sequence[Dict]]],
     for ax, stat in zip(axes[:, 0], stats):
         for i, (label, rows, evals) in enumerate(loaded):
             source, style = (evals, "o-") if stat == "eval_return" else (rows, "-")
-            points = [(int(r["env_steps"]) / 1e6, float(r[stat])) for r in source
-                      if isinstance(r.get(stat), (int, float)) and math.isfinite(r[stat])
-                      and (stat not in LOG_SCALE_STATS or r[stat] > 0)]
+            points = [(int(r["env_steps"]) / 1e6, v) for r in source
+                      for v in (finite_value(r, stat),)
+                      if v is not None and (stat not in LOG_SCALE_STATS or v > 0)]
             if points:
                 ax.plot(*zip(*points), style, color=f"C{i % 10}", label=label,
                         linewidth=1, markersize=3)
