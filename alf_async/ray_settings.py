@@ -12,6 +12,9 @@ import gin
 from alf_async.utils.validation import ConfigError, rule, validate_fields
 
 RAY_GIN_NAME = "RayBackend"
+# How long a driver waits for a cluster to answer (and the actors for room on
+# it): RayBackend.connect_timeout_s's default, and alf-sweep's wait for --address.
+DEFAULT_CONNECT_TIMEOUT_S = 120.0
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK")
 # The Ray versions the "ray" extra of setup.py admits (tested with 2.60).
 RAY_REQUIREMENT = "ray>=2.40,<3"
@@ -56,8 +59,9 @@ class RayBackendSettings:
             actor fits; the actors then share the cores as actor processes do).
         object_store_memory_mb: object-store size of a local instance in MiB
             (None: Ray's default, 30% of the memory).
-        connect_timeout_s: seconds to wait for the actors' resources to become
-            available before the run fails naming what could not be placed.
+        connect_timeout_s: seconds to wait for the cluster at ``address`` to
+            answer (a head still starting), and for the actors' resources to
+            become available, before the run fails naming what it waited for.
     """
 
     gin_name: ClassVar[str] = RAY_GIN_NAME
@@ -71,8 +75,8 @@ class RayBackendSettings:
     num_cpus: Optional[int] = field(default=None, metadata=rule("int", low=1, optional=True))
     object_store_memory_mb: Optional[int] = field(default=None, metadata=rule(
         "int", low=80, optional=True))
-    connect_timeout_s: float = field(default=120.0, metadata=rule("number", low=0,
-                                                                  low_open=True))
+    connect_timeout_s: float = field(default=DEFAULT_CONNECT_TIMEOUT_S, metadata=rule(
+        "number", low=0, low_open=True))
 
     def __post_init__(self) -> None:
         validate_fields(self, RAY_GIN_NAME)

@@ -8,12 +8,17 @@
   SIGTERM to the trainer alone also writes the final checkpoint (exit 143).
 - ``backend="ray"`` without Ray installed exits 2 saying how to install it, and
   the library imports without Ray.
+- An address where nothing listens exits 2 naming ``RayBackend.address`` after
+  ``connect_timeout_s`` (``ray.init`` alone retries for minutes); a loopback
+  address is checked where Ray will really connect (a head on every interface
+  passes; one on loopback only is named, with the variable to set).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -157,3 +162,59 @@ def test_actor_cpus_default_to_one_plus_env_workers():
 
     assert RayBackendSettings().actor_cpus(2) == 3.0
     assert RayBackendSettings(num_cpus_per_actor=0.5).actor_cpus(2) == 0.5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_where_nothing_listens_exits_2_naming_it(tmp_path, train_cmd):
+    """ray.init retries for minutes at an address where nothing listens; the
+    run waits RayBackend.connect_timeout_s and names the address."""
+    address = f"127.0.0.1:{_free_port()}"
+    proc = subprocess.run(
+        train_cmd + [f"--root_dir={tmp_path / 'run'}",
+                     "--gin_file=ppo_bullet_inverted_pendulum.gin",
+                     "--gin_param=Trainer.backend='ray'",
+                     f"--gin_param=RayBackend.address='{address}'",
+                     "--gin_param=RayBackend.connect_timeout_s=2"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"nothing listens at RayBackend.address='{address}'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# Run with Ray imported as a user's shell imports it: without the loopback switch.
+_PROBE = """
+import socket, sys
+import ray
+from alf_async.runtime.actor_pool import ActorStartupError
+from alf_async.runtime.ray_cluster import wait_for_cluster_address
+if ray.util.get_node_ip_address().startswith("127."):
+    print("no-route"); sys.exit(0)
+server = socket.socket()
+server.bind((sys.argv[1], 0)); server.listen()
+address = "127.0.0.1:%d" % server.getsockname()[1]
+try:
+    wait_for_cluster_address(ray, address, 5.0, "RayBackend.address")
+    print("reachable")
+except ActorStartupError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("bind, expected", [
+    ("0.0.0.0", "reachable"),  # a head started as usual listens on every interface
+    ("127.0.0.1", "listens on loopback only"),  # one started with --node-ip-address=127.0.0.1
+])
+def test_a_loopback_address_is_checked_where_ray_will_connect(bind, expected):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    out = subprocess.run([sys.executable, "-c", _PROBE, bind], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    if out.strip() == "no-route":
+        pytest.skip("this machine has no address but loopback: Ray keeps 127.0.0.1 as it is")
+    assert expected in out, out
+    if bind == "127.0.0.1":
+        assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in out, out

@@ -109,8 +109,8 @@ def _train_prepared(run) -> int:
         return user_error(str(e))
     except ActorStartupError as e:
         logger.error("the run could not start: %s", e)
-        return user_error(f"the run could not start: {e}. Nothing was trained; fix the "
-                          "env or module named above and run the same command again.")
+        return user_error(f"the run could not start: {e}. Nothing was trained; fix what is "
+                          "named above and run the same command again.")
     except OSError as e:
         logger.error("run stopped at iteration %d: could not write %s: %s. %s; %s, then "
                      "resume with: python -m alf_async.bin.train --root_dir=%s",

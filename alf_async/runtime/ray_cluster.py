@@ -4,6 +4,11 @@ actors fail or stop.
 
 - ``import_ray``: ``import ray``, with the loopback and worker-niceness switches
   of a local instance set first;
+- ``wait_for_cluster_address``: before ``ray.init`` joins a cluster by
+  "host:port" (or "ray://host:port"), wait a bounded time for something to
+  listen where Ray will connect, and fail naming the address (``ray.init`` itself
+  retries for minutes without a word); ``auth_hint``: what to set when the
+  cluster refused the driver's (missing) authentication token;
 - ``RayConnection``: held by ``RayActorPool`` (runtime.ray_pool); owns the
   connection and the placement: ``ray.init`` (a local instance, or the cluster at
   ``RayBackend.address``), the PACK placement group or SPREAD scheduling, the
@@ -14,13 +19,15 @@ actors fail or stop.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from alf_async.runtime.actor_pool import ActorStartupError, last_line
 from alf_async.ray_settings import RayBackendSettings
@@ -49,6 +56,88 @@ def import_ray(local_instance: bool):
     import ray
 
     return ray
+
+
+def _host_port(address: str) -> Optional[Tuple[str, int]]:
+    """(host, port) of a "host:port" or "ray://host:port" address; None for
+    "auto", "local" or anything without a numeric port."""
+    text = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listening(host: str, port: int, deadline: float) -> Optional[OSError]:
+    """None once a TCP connection to host:port succeeds (tried about once a
+    second until ``deadline``, time.monotonic()); else the last error."""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(
+                    5.0, max(0.1, deadline - time.monotonic()))):
+                return None
+        except OSError as e:
+            if time.monotonic() + 1.0 > deadline:
+                return e
+            time.sleep(1.0)
+
+
+def auth_hint(error: BaseException) -> str:
+    """What to do when ``ray.init`` failed on the cluster's token
+    authentication (``ray start`` turns it on by default since Ray 2.5x; a
+    driver joining by "host:port" then needs it named, "auto" finds it alone)."""
+    seen = error
+    while seen is not None:
+        if "InvalidAuthToken" in str(seen) or "AuthenticationError" in str(seen):
+            return (". The cluster uses token authentication: set RAY_AUTH_MODE=token in "
+                    "this command's environment (the token is read from "
+                    "~/.ray/auth_token, or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)")
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
+def wait_for_cluster_address(ray: Any, address: Optional[str], timeout_s: float,
+                             binding: str) -> None:
+    """Raise ``ActorStartupError`` naming ``binding`` unless something accepts
+    TCP connections at ``address`` within ``timeout_s`` seconds (a head still
+    starting gets that long). Nothing to check for None, "auto" or "local".
+
+    Ray replaces a loopback host (127.0.0.1, localhost) with this machine's own
+    address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` was set when it was
+    imported; a cluster started on loopback (``ray start --head
+    --node-ip-address=127.0.0.1``) is then out of the driver's reach, and the
+    error says which variable to set."""
+    host_port = None if address is None else _host_port(address)
+    if host_port is None:
+        return
+    host, port = host_port
+    deadline = time.monotonic() + timeout_s
+    error = _listening(host, port, deadline)
+    if error is not None:
+        raise ActorStartupError(
+            f"nothing listens at {binding}={address!r} ({host}:{port}: "
+            f"{error.strerror or error}; waited {timeout_s:g} s). Start the head there "
+            f"(ray start --head --port={port}) or correct the address")
+    if not _is_loopback(host) or "://" in address:
+        return
+    node_ip = ray.util.get_node_ip_address()
+    if _is_loopback(node_ip) or _listening(
+            node_ip, port, time.monotonic() + min(timeout_s, 3.0)) is None:
+        return
+    raise ActorStartupError(
+        f"the Ray cluster at {binding}={address!r} listens on loopback only, and Ray "
+        f"turns that address into this machine's {node_ip}:{port}, where nothing "
+        f"listens. Set {_LOOPBACK_SWITCH}=0 in the environment of this command, as "
+        "for the cluster's `ray start`")
 
 
 class RayConnection:
@@ -92,6 +181,8 @@ class RayConnection:
             kwargs["address"] = rs.address
         # ray.init installs a SIGTERM handler that exits at once; the run's own
         # (a final checkpoint, exit 143) stays in charge.
+        wait_for_cluster_address(ray, rs.address, rs.connect_timeout_s,
+                                 "RayBackend.address")
         sigterm_handler = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(**kwargs)
@@ -99,7 +190,7 @@ class RayConnection:
             where = "a local Ray instance" if rs.address is None else \
                 f"the Ray cluster at RayBackend.address={rs.address!r}"
             raise ActorStartupError(f"could not start or reach {where}: "
-                                    f"{last_line(e)}") from None
+                                    f"{last_line(e)}{auth_hint(e)}") from None
         finally:
             if threading.current_thread() is threading.main_thread() \
                     and sigterm_handler is not None:

@@ -42,6 +42,7 @@ import tempfile
 import threading
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from alf_async.ray_settings import DEFAULT_CONNECT_TIMEOUT_S
 from alf_async.sweep.launch import (
     MetricsTail, TrialLost, TrialProcess, kill_group, start_train_process,
     train_command, train_environment)
@@ -195,7 +196,8 @@ class RayLauncher:
     """
 
     def __init__(self, address: Optional[str], shared_dir: bool):
-        from alf_async.runtime.ray_cluster import import_ray
+        from alf_async.runtime.ray_cluster import (auth_hint, import_ray,
+                                                   wait_for_cluster_address)
 
         self.ray = import_ray(local_instance=address is None)
         self.shared_directories = shared_dir
@@ -208,9 +210,12 @@ class RayLauncher:
                               _node_ip_address="127.0.0.1")
             else:
                 kwargs["address"] = address
+            wait_for_cluster_address(self.ray, address, DEFAULT_CONNECT_TIMEOUT_S, "--address")
             handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
             try:
                 self.ray.init(**kwargs)
+            except ConnectionError as e:
+                raise ConnectionError(f"{e}{auth_hint(e)}") from e
             finally:  # the sweep's own Ctrl-C/SIGTERM handling stays in charge
                 if threading.current_thread() is threading.main_thread():
                     for signum, handler in handlers.items():
