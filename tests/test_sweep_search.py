@@ -103,6 +103,10 @@ BAD_SPACES = [
     ("PPOLearner.num_epochs=uniform(2, 8)", "PPOLearner.num_epochs is an integer"),
     ("PPOLearner.clip_ratio=uniform(0.3, 0.1)", "empty"),
     ("Trainer.num_actors=choice(1, @nothing)", "Trainer.num_actors"),
+    # values gin parses but the settings refuse: caught before any trial starts
+    ("Trainer.num_actors=choice(1, 0)", "Trainer.num_actors must be an integer >= 1"),
+    ("Trainer.num_envs=int(0, 8)", "Trainer.num_envs must be"),
+    ("Trainer.backend=choice('process', 'slurm')", "Trainer.backend must be one of"),
 ]
 
 

@@ -4,7 +4,10 @@
   ``--sweep``) when a binding is unknown to gin, when a numeric distribution
   (``uniform``, ``loguniform``, ``int``) is put on a binding whose value is not a
   number (``Trainer.env_name``), when ``uniform``/``loguniform`` is put on an
-  integer binding (use ``int(a, b)``), or when a ``choice`` option does not parse.
+  integer binding (use ``int(a, b)``), when a ``choice`` option does not parse,
+  or when a value the space can give (each ``choice`` option, a range's ends)
+  breaks the rule its settings field declares (``Trainer.num_actors=choice(1,
+  0)``: an integer >= 1), which would otherwise fail only when that trial starts.
 - ``default_objective_metric``: ``eval_return`` when the runs evaluate
   (``Trainer.eval_interval_env_steps > 0``), else ``episode_return``.
 - ``default_prune_after_env_steps``: a third of a trial's budget.
@@ -17,9 +20,10 @@ trains nothing itself, so nothing else reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import gin
 
@@ -27,7 +31,7 @@ from alf_async.config import parse_config
 from alf_async.sampling_choice import AUTO, choose_sampling
 from alf_async.sweep.grid import is_label
 from alf_async.sweep.space import NUMERIC_KINDS, Dimension
-from alf_async.utils.validation import ConfigError
+from alf_async.utils.validation import ConfigError, Rule, check_rule
 
 _UNSET = object()
 
@@ -47,6 +51,23 @@ def binding_value(binding: str) -> Any:
     configurable = gin_config._REGISTRY.get_match(configurable_name.rpartition("/")[2])
     default = inspect.signature(configurable.wrapped).parameters[parameter].default
     return _UNSET if default is inspect.Parameter.empty else default
+
+
+def field_rule(binding: str) -> Optional[Rule]:
+    """The ``Rule`` a settings dataclass declares for ``binding``'s field
+    (``Trainer.num_actors``: an integer >= 1), None where the configurable is
+    not such a dataclass (the learners check their arguments when built)."""
+    from gin import config as gin_config
+
+    configurable_name, _, parameter = binding.rpartition(".")
+    configurable = gin_config._REGISTRY.get_match(configurable_name.rpartition("/")[2])
+    wrapped = getattr(configurable, "wrapped", None)
+    if wrapped is None or not dataclasses.is_dataclass(wrapped):
+        return None
+    for f in dataclasses.fields(wrapped):
+        if f.name == parameter:
+            return f.metadata.get("rule")
+    return None
 
 
 def _is_number(value: Any) -> bool:
@@ -77,11 +98,17 @@ def check_space(dimensions: Sequence[Dimension], gin_files: Sequence[str],
             if isinstance(value, int) and dimension.kind != "int":
                 raise ConfigError(f"{where}: {name} is an integer (its value is "
                                   f"{value!r}); draw it with int(low, high)")
-        rows = dimension.rows or ((repr(dimension.low),),)
+        rows = dimension.rows or ((repr(dimension.low),), (repr(dimension.high),))
         for row in rows:
+            names = [n for n in dimension.names if not is_label(n)]
             bindings = [f"{n}={v}" for n, v in zip(dimension.names, row) if not is_label(n)]
             try:
                 parse_config(gin_files, list(gin_params) + bindings)
+                for name in names:
+                    declared = field_rule(name)
+                    if declared is not None:
+                        owner, _, parameter = name.rpartition(".")
+                        check_rule(owner, parameter, binding_value(name), declared)
             except ConfigError as e:
                 raise ConfigError(f"{where}: {e}") from None
 
