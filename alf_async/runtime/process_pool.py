@@ -33,6 +33,7 @@ from alf_async.runtime.weight_store import WeightStore
 from alf_async.settings import TrainerSettings
 from alf_async.utils.process import (describe_exit, start_child, stop_processes,
                                      torch_child_context)
+from alf_async.utils.shared_memory import sweep_stale_blocks
 
 logger = logging.getLogger("alf_async")
 
@@ -170,6 +171,9 @@ class ProcessActorPool:
         self.dropped_batches += self._scheduler.drop_actor(actor_id)
         stop_processes([handle.process], grace_s=3.0)
         handle.conn.close()
+        # A killed actor could not unlink its blocks (its env workers' step
+        # buffers); they would stay in /dev/shm until the run ends.
+        sweep_stale_blocks()
         check_restart_allowed(message, fatal, self.restarts, self.settings.max_actor_restarts)
         self.restarts += 1
         logger.warning("restarting actor %d with fresh envs (restart %d of %d)", actor_id,
