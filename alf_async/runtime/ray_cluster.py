@@ -77,9 +77,12 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _listening(host: str, port: int, deadline: float) -> Optional[OSError]:
+def _listening(host: str, port: int, deadline: float, quiet: bool = False
+               ) -> Optional[OSError]:
     """None once a TCP connection to host:port succeeds (tried about once a
-    second until ``deadline``, time.monotonic()); else the last error."""
+    second until ``deadline``, time.monotonic()); else the last error. Logs
+    once that it waits, unless ``quiet``."""
+    waiting = quiet
     while True:
         try:
             with socket.create_connection((host, port), timeout=min(
@@ -88,6 +91,10 @@ def _listening(host: str, port: int, deadline: float) -> Optional[OSError]:
         except OSError as e:
             if time.monotonic() + 1.0 > deadline:
                 return e
+            if not waiting:
+                logger.info("waiting for the Ray cluster at %s:%d (%s) for up to %.0f s",
+                            host, port, e.strerror or e, deadline - time.monotonic())
+                waiting = True
             time.sleep(1.0)
 
 
@@ -131,7 +138,7 @@ def wait_for_cluster_address(ray: Any, address: Optional[str], timeout_s: float,
         return
     node_ip = ray.util.get_node_ip_address()
     if _is_loopback(node_ip) or _listening(
-            node_ip, port, time.monotonic() + min(timeout_s, 3.0)) is None:
+            node_ip, port, time.monotonic() + min(timeout_s, 3.0), quiet=True) is None:
         return
     raise ActorStartupError(
         f"the Ray cluster at {binding}={address!r} listens on loopback only, and Ray "
