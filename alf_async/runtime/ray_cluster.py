@@ -100,8 +100,8 @@ def _listening(host: str, port: int, deadline: float, quiet: bool = False
 
 def auth_hint(error: BaseException) -> str:
     """What to do when ``ray.init`` failed on the cluster's token
-    authentication (``ray start`` turns it on by default since Ray 2.5x; a
-    driver joining by "host:port" then needs it named, "auto" finds it alone)."""
+    authentication (Ray 2.60's ``ray start`` turns it on by default; a driver
+    joining by "host:port" then needs it named, "auto" finds it alone)."""
     seen = error
     while seen is not None:
         if "InvalidAuthToken" in str(seen) or "AuthenticationError" in str(seen):
@@ -186,10 +186,10 @@ class RayConnection:
                 kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
         else:
             kwargs["address"] = rs.address
-        # ray.init installs a SIGTERM handler that exits at once; the run's own
-        # (a final checkpoint, exit 143) stays in charge.
         wait_for_cluster_address(ray, rs.address, rs.connect_timeout_s,
                                  "RayBackend.address")
+        # ray.init installs a SIGTERM handler that exits at once; the run's own
+        # (a final checkpoint, exit 143) stays in charge.
         sigterm_handler = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(**kwargs)
