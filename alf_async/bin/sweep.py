@@ -238,8 +238,12 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
             for spec in specs:
                 print(f"{spec.name}: {' '.join(runner.command(spec))}")
         return 0
+    from alf_async.runtime.actor_pool import ActorStartupError
+
     try:
         launcher = _launcher(placement)
+    except ActorStartupError as e:  # it names the instance or --address already
+        return user_error(str(e))
     except Exception as e:  # Ray's connection errors have no common base
         return user_error(f"could not start or reach Ray"
                           f"{' at ' + placement.address if placement.address else ''}: {e}")

@@ -7,8 +7,10 @@ actors fail or stop.
 - ``wait_for_cluster_address``: before ``ray.init`` joins a cluster by
   "host:port" (or "ray://host:port"), wait a bounded time for something to
   listen where Ray will connect, and fail naming the address (``ray.init`` itself
-  retries for minutes without a word); ``auth_hint``: what to set when the
-  cluster refused the driver's (missing) authentication token;
+  retries for minutes without a word);
+- ``init_ray``: ``ray.init`` for a driver (the train command's pool, the Ray
+  sweep): the address waited for, the caller's SIGINT/SIGTERM handlers kept,
+  a failure as one ``ActorStartupError`` that says what to do;
 - ``RayConnection``: held by ``RayActorPool`` (runtime.ray_pool); owns the
   connection and the placement: ``ray.init`` (a local instance, or the cluster at
   ``RayBackend.address``), the PACK placement group or SPREAD scheduling, the
@@ -98,7 +100,7 @@ def _listening(host: str, port: int, deadline: float, quiet: bool = False
             time.sleep(1.0)
 
 
-def auth_hint(error: BaseException) -> str:
+def _auth_hint(error: BaseException) -> str:
     """What to do when ``ray.init`` failed on the cluster's token
     authentication (Ray 2.60's ``ray start`` turns it on by default; a driver
     joining by "host:port" then needs it named, "auto" finds it alone)."""
@@ -147,6 +149,29 @@ def wait_for_cluster_address(ray: Any, address: Optional[str], timeout_s: float,
         "for the cluster's `ray start`")
 
 
+def init_ray(ray: Any, kwargs: Dict[str, Any], address: Optional[str], timeout_s: float,
+             binding: str) -> None:
+    """``ray.init(**kwargs)``, after ``wait_for_cluster_address``. ray.init
+    installs SIGINT/SIGTERM handlers that exit at once; the caller's (a final
+    checkpoint, exit 143; the sweep's orderly stop) stay in charge. Raises
+    ``ActorStartupError`` naming the local instance or ``binding``=``address``
+    when Ray cannot start or be reached."""
+    wait_for_cluster_address(ray, address, timeout_s, binding)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = "a local Ray instance" if address is None else \
+            f"the Ray cluster at {binding}={address!r}"
+        raise ActorStartupError(f"could not start or reach {where}: "
+                                f"{last_line(e)}{_auth_hint(e)}") from None
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+
+
 class RayConnection:
     """This driver's Ray, for ``RayActorPool``: connected (or a local instance
     started) when built, the actors' placement (a PACK placement group, or SPREAD
@@ -186,22 +211,7 @@ class RayConnection:
                 kwargs["object_store_memory"] = rs.object_store_memory_mb * 1024 ** 2
         else:
             kwargs["address"] = rs.address
-        wait_for_cluster_address(ray, rs.address, rs.connect_timeout_s,
-                                 "RayBackend.address")
-        # ray.init installs a SIGTERM handler that exits at once; the run's own
-        # (a final checkpoint, exit 143) stays in charge.
-        sigterm_handler = signal.getsignal(signal.SIGTERM)
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            where = "a local Ray instance" if rs.address is None else \
-                f"the Ray cluster at RayBackend.address={rs.address!r}"
-            raise ActorStartupError(f"could not start or reach {where}: "
-                                    f"{last_line(e)}{auth_hint(e)}") from None
-        finally:
-            if threading.current_thread() is threading.main_thread() \
-                    and sigterm_handler is not None:
-                signal.signal(signal.SIGTERM, sigterm_handler)
+        init_ray(ray, kwargs, rs.address, rs.connect_timeout_s, "RayBackend.address")
         self._owns_ray = True
         logger.info("Ray: %s, %d node(s), %s CPUs", "local instance started"
                     if rs.address is None else f"connected to {rs.address}",

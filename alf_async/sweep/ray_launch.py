@@ -36,10 +36,8 @@ import io
 import logging
 import os
 import shutil
-import signal
 import tarfile
 import tempfile
-import threading
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from alf_async.ray_settings import DEFAULT_CONNECT_TIMEOUT_S
@@ -196,8 +194,7 @@ class RayLauncher:
     """
 
     def __init__(self, address: Optional[str], shared_dir: bool):
-        from alf_async.runtime.ray_cluster import (auth_hint, import_ray,
-                                                   wait_for_cluster_address)
+        from alf_async.runtime.ray_cluster import import_ray, init_ray
 
         self.ray = import_ray(local_instance=address is None)
         self.shared_directories = shared_dir
@@ -210,17 +207,7 @@ class RayLauncher:
                               _node_ip_address="127.0.0.1")
             else:
                 kwargs["address"] = address
-            wait_for_cluster_address(self.ray, address, DEFAULT_CONNECT_TIMEOUT_S, "--address")
-            handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                self.ray.init(**kwargs)
-            except ConnectionError as e:
-                raise ConnectionError(f"{e}{auth_hint(e)}") from e
-            finally:  # the sweep's own Ctrl-C/SIGTERM handling stays in charge
-                if threading.current_thread() is threading.main_thread():
-                    for signum, handler in handlers.items():
-                        if handler is not None:
-                            signal.signal(signum, handler)
+            init_ray(self.ray, kwargs, address, DEFAULT_CONNECT_TIMEOUT_S, "--address")
             self._owns_ray = True
         self._host = self.ray.remote(max_restarts=0, max_task_retries=0)(TrialHost)
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]

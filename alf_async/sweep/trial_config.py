@@ -99,8 +99,8 @@ def check_space(dimensions: Sequence[Dimension], gin_files: Sequence[str],
                 raise ConfigError(f"{where}: {name} is an integer (its value is "
                                   f"{value!r}); draw it with int(low, high)")
         rows = dimension.rows or ((repr(dimension.low),), (repr(dimension.high),))
+        names = [n for n in dimension.names if not is_label(n)]
         for row in rows:
-            names = [n for n in dimension.names if not is_label(n)]
             bindings = [f"{n}={v}" for n, v in zip(dimension.names, row) if not is_label(n)]
             try:
                 parse_config(gin_files, list(gin_params) + bindings)
