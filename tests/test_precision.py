@@ -89,7 +89,7 @@ def test_auto_picks_fp32_on_a_cpu_without_bf16(clear_gin, cpu_flags):
 
 
 @pytest.mark.parametrize("flag", ["amx_bf16", "avx512_bf16"])
-def test_auto_picks_bf16_for_a_conv_net_and_fp32_for_a_small_mlp(clear_gin, cpu_flags, flag):
+def test_auto_picks_bf16_for_a_conv_net_and_fp32_for_any_mlp(clear_gin, cpu_flags, flag):
     cpu_flags(flag)
     conv = _image_learner(precision="auto")
     assert conv.precision.bf16, conv.precision.reason
@@ -97,11 +97,13 @@ def test_auto_picks_bf16_for_a_conv_net_and_fp32_for_a_small_mlp(clear_gin, cpu_
     gin.clear_config()
     small = PPOLearner(VECTOR, CONTINUOUS, precision="auto")  # (32, 32, 32)
     assert not small.precision.bf16
-    assert "32 < 256" in small.precision.reason
+    assert "no convolution" in small.precision.reason
+    # A wide MLP learns ~1.3x faster in bf16 but its actors, which follow the
+    # learner's precision, act several times slower (bench/learner_speed.py).
     gin.bind_parameter("ActorNetwork.hidden_sizes", (256, 256))
-    assert PPOLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
-    # SAC weighs the actor and the critics: its defaults are (400, 300).
-    assert SACLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+    assert not PPOLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+    # SAC's (400, 300) actor and critics: no convolution either.
+    assert not SACLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
 
 
 def test_the_resolved_precision_is_published_and_followed_by_the_policies(clear_gin):

@@ -76,7 +76,7 @@ class SACLearner:
             CPU and logs so.
         precision: the networks' compute precision, "fp32" (the default),
             "bf16" or "auto", as ``PPOLearner.precision`` (``utils.precision``;
-            "auto" weighs the actor and the critics together). The critic
+            "auto" looks at the actor and the critics together). The critic
             targets, losses, temperature and Polyak averages stay float32; the
             actors' ``SACPolicy`` infers in the published precision.
         seed: seeds the networks' initialization and the learner's sampling.
