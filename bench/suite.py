@@ -14,6 +14,18 @@ command's own resume); a finished run is appended to ``--results`` and skipped
 afterwards. Wall times are the runs' training wall time (``wall_time`` of the
 metrics, summed over resumes, start-up excluded).
 
+Envs alone (``--envs_alone_steps``, 0 turns it off): just before a run trains,
+its env's envs step alone (random actions, no policy, no learner:
+``raw_env.RawSteppers``) in the layouts of both modes, N * K envs over N *
+max(W, 1) processes with W resolved as the trainer resolves "auto" on this
+machine, sync's and async's interleaved ``--envs_alone_repeats`` times; the
+medians (env steps/s) go into the run's results line. Async's envs may be
+slower than sync's (on 2 cores a sync run gets W = 2 env workers for its 16
+envs, an async one W = 0: each actor steps its own 16), so the report sets
+async's time to a threshold against what its steps ratio times the envs' time
+ratio of the same sitting allows ("of allowed"). A run resumed over several
+sittings carries the measurement of its last one.
+
 The report (bench/suite_report.py: markdown tables on stderr, figures with
 ``--plot_dir``; ``--table`` only reads ``--results``): per env, eval return at
 1M and 2M env steps and the env steps and time to each threshold for sync and
@@ -21,13 +33,20 @@ async; async over sync per seed; and the seed-to-seed spread of each config.
 
 Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
 {...}}}, "seed_ratios": {env: {seed: {threshold: [steps ratio, time ratio] or
-"async only" / "sync only" / null}}}, "seed_spread": {env: {mode: {threshold:
-{"max": largest env-step ratio between two seeds, "pairs": ..., "above_1.3":
-...}}}}, "figures": [...]}. The same three keys
-prefixed "training_" read the thresholds on the training return (the mean of
-the last 100 training episodes) instead of the deterministic evaluations; the
-policy's action std and entropy along each run are in its results line
-("policy_width") and in the report's width table.
+[steps ratio, time ratio, of allowed] (where both runs of the seed carry the
+envs-alone rates) or "async only" / "sync only" / null}}}, "seed_spread": {env:
+{mode: {threshold: {"max": largest env-step ratio between two seeds, "pairs":
+..., "above_1.3": ...}}}}, "envs_time_ratios": {env: {seed: async's envs' time
+over sync's for the same env steps, stepping alone}}, "figures": [...]}. The
+same three keys "envs", "seed_ratios" and "seed_spread" prefixed "training_"
+read the thresholds on the training return (the mean of the last 100 training
+episodes) instead of the deterministic evaluations; the policy's action std
+and entropy along each run are in its results line ("policy_width") and in the
+report's width table. A results line (one finished run) carries, besides its
+curves and figures, "envs_alone_steps_per_s" {"sync": env steps/s, "async":
+env steps/s}, "envs_alone_samples" (each repeat's steps/s), "envs_alone_layout"
+{mode: {"num_envs": N * K, "processes": N * max(W, 1)}} and "envs_alone_steps"
+(batched steps per measurement), unless the measurement was off.
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
@@ -46,17 +65,77 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from alf_async.reporting.run_metrics import return_curve
+from alf_async.sampling_choice import choose_sampling
+from alf_async.utils.process import usable_cores
 from bench import benchlib
+from bench.raw_env import RawSteppers
 from bench.suite_report import (CHECKPOINTS, MODES, WIDTH_CHECKPOINTS, ZOO_PPO_SCORES,
                                 eval_at, first_at_or_above, report, threshold_scores)
 
 logger = logging.getLogger("bench")
+# batched steps each envs-alone stepper takes before its timed ones (process
+# start-up, first resets and PyBullet's first steps stay out of the rates)
+ENVS_ALONE_WARMUP_STEPS = 10
+
 
 def gin_file(env: str, mode: str) -> str:
+    """The shipped gin file of ``env`` in ``mode`` (sync or async)."""
     return f"{'async_' if mode == 'async' else ''}ppo_bullet_{env}.gin"
+
+
+def envs_alone_layout(env: str, mode: str, gin_params: Sequence[str]) -> Dict[str, int]:
+    """How a ``mode`` run of ``env`` (its gin file plus ``gin_params``) lays
+    out its envs on this machine: {"num_envs": N * K, "processes": N *
+    max(W, 1)}, with K = Trainer.num_envs, N = Trainer.num_actors and W =
+    Trainer.num_env_workers as ``choose_sampling`` resolves "auto" for this
+    process's usable cores (each actor steps its K envs in its W env workers,
+    or itself when W = 0)."""
+    config = gin_file(env, mode)
+    k, n, w, s = (benchlib.config_value(config, gin_params, f"Trainer.{name}") for name in
+                  ("num_envs", "num_actors", "num_env_workers", "env_splits"))
+    choice = choose_sampling(w, s, cores=usable_cores(), num_actors=n, num_envs=k)
+    return {"num_envs": n * k, "processes": n * max(choice.num_env_workers, 1)}
+
+
+def measure_envs_alone(env: str, gin_params: Sequence[str], num_steps: int, repeats: int,
+                       seed: int = 0) -> Dict[str, Any]:
+    """Env steps/s of sync's and async's envs stepping alone (random actions,
+    no policy, no learner), each in its run's layout (``envs_alone_layout``),
+    measured back to back: ``RawSteppers`` for both layouts, started once, then
+    ``num_steps`` batched steps (every env steps ``num_steps`` times) of sync's,
+    then of async's, ``repeats`` times; each mode's rate is the median of its
+    repeats (env steps per second of wall time).
+
+    Returns the keys a result row carries: "envs_alone_steps_per_s" {mode:
+    steps/s}, "envs_alone_samples" {mode: [steps/s of each repeat]},
+    "envs_alone_layout" {mode: {"num_envs", "processes"}} and
+    "envs_alone_steps" (``num_steps``)."""
+    env_id = ZOO_PPO_SCORES[env][0]
+    layouts = {mode: envs_alone_layout(env, mode, gin_params) for mode in MODES}
+    samples: Dict[str, List[float]] = {mode: [] for mode in MODES}
+    steppers: Dict[str, RawSteppers] = {}
+    try:
+        for mode in MODES:
+            steppers[mode] = RawSteppers(env_id, layouts[mode]["num_envs"],
+                                         layouts[mode]["processes"], seed)
+        for stepper in steppers.values():
+            stepper.step(ENVS_ALONE_WARMUP_STEPS)
+        for _ in range(repeats):
+            for mode in MODES:
+                env_steps, seconds = steppers[mode].step(num_steps)
+                samples[mode].append(env_steps / seconds)
+    finally:
+        for stepper in steppers.values():
+            stepper.close()
+    rates = {mode: benchlib.median(samples[mode]) for mode in MODES}
+    logger.info("%s envs alone: sync %.0f env steps/s (%s), async %.0f (%s): async's envs "
+                "take %.2fx sync's time", env, rates["sync"], layouts["sync"], rates["async"],
+                layouts["async"], rates["sync"] / rates["async"])
+    return {"envs_alone_steps_per_s": rates, "envs_alone_samples": samples,
+            "envs_alone_layout": layouts, "envs_alone_steps": num_steps}
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -87,7 +166,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="where the runs live (kept: a later session resumes them)")
     p.add_argument("--timeout_s", type=float, default=None,
                    help="stop a run after this many seconds (it resumes next time)")
+    p.add_argument("--envs_alone_steps", type=int, default=256,
+                   help="before each run trains, its env's sync and async envs step alone "
+                        "(random actions, each in its run's layout) this many batched steps "
+                        "per measurement, for the result row's envs_alone_steps_per_s; "
+                        "0: not measured")
+    p.add_argument("--envs_alone_repeats", type=int, default=3,
+                   help="envs-alone measurements per mode, sync and async interleaved "
+                        "(each mode's rate is their median)")
     args = p.parse_args(argv)
+    if args.envs_alone_steps < 0 or args.envs_alone_repeats < 1:
+        p.error("--envs_alone_steps takes >= 0 and --envs_alone_repeats >= 1")
     args.envs = [e for e in args.envs.replace(" ", "").split(",") if e]
     args.modes = [m for m in args.modes.replace(" ", "").split(",") if m]
     unknown = [e for e in args.envs if e not in ZOO_PPO_SCORES] + [
@@ -150,6 +239,13 @@ def one_run(env: str, mode: str, seed: int, args: argparse.Namespace) -> Optiona
               f"Trainer.eval_episodes={args.eval_episodes}", *args.gin_param]
     # The gin file only for a new run: a resumed one reads its saved config.gin.
     files = [] if os.path.isfile(os.path.join(run_dir, "config.gin")) else [gin_file(env, mode)]
+    before = benchlib.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    envs_alone: Dict[str, Any] = {}
+    if args.envs_alone_steps > 0 and not (before and
+                                          before[-1]["env_steps"] >= args.max_env_steps):
+        # only when the run trains in this sitting: the envs' speed beside its wall time
+        envs_alone = measure_envs_alone(env, params, args.envs_alone_steps,
+                                        args.envs_alone_repeats, seed)
     status = benchlib.run_train(files, params, run_dir, args.timeout_s)
     rows = benchlib.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     if status["returncode"] != 0 or not rows or rows[-1]["env_steps"] < args.max_env_steps:
@@ -159,7 +255,7 @@ def one_run(env: str, mode: str, seed: int, args: argparse.Namespace) -> Optiona
     result = analyse_run(env, mode, seed, run_dir)
     result.update(gin_file=gin_file(env, mode), gin_params=params,
                   max_env_steps=args.max_env_steps, eval_interval=args.eval_interval,
-                  eval_episodes=args.eval_episodes, **benchlib.machine_info())
+                  eval_episodes=args.eval_episodes, **envs_alone, **benchlib.machine_info())
     return result
 
 
