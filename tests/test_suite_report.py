@@ -123,3 +123,99 @@ def test_a_run_s_training_curve_leaves_out_iterations_without_a_return(tmp_path)
     assert [p[0] for p in result["training"]] == [4096 * 3, 4096 * 4, 4096 * 5]
     assert all(math.isfinite(p[2]) for p in result["training"])
     json.dumps(result, allow_nan=False)
+
+
+def _measured(row, sync_rate: float, async_rate: float):
+    """``row`` with the envs-alone rates bench/suite.py measures before a run
+    trains (env steps/s of sync's and async's layouts, stepping alone)."""
+    return {**row, "envs_alone_steps_per_s": {"sync": sync_rate, "async": async_rate}}
+
+
+def test_async_s_time_of_allowed_sets_its_time_against_its_steps_and_its_envs_speed():
+    """Where both runs of a seed measured their envs alone, the per-seed cell
+    gains async's time over (its steps ratio x the envs-alone time ratio,
+    the mean over the two runs of sync's rate / async's); a seed where only
+    one run has the measurement keeps the two figures."""
+    import pytest
+
+    results = [
+        # envs-alone time ratios 3000 / 2000 = 1.5 and 2500 / 1000 = 2.5: mean 2.0
+        _measured(_run("sync", 0, [[100_000, 100.0, 1000.0], [200_000, 200.0, 2000.0]]),
+                  3000.0, 2000.0),
+        _measured(_run("async", 0, [[120_000, 60.0, 1000.0], [300_000, 150.0, 2000.0]]),
+                  2500.0, 1000.0),
+        _run("sync", 1, [[100_000, 100.0, 1000.0]]),  # measured by its async run only
+        _measured(_run("async", 1, [[150_000, 90.0, 1000.0]]), 2000.0, 1000.0),
+    ]
+    assert suite.envs_time_ratios(results) == {"half_cheetah": {0: pytest.approx(2.0)}}
+    seed0, seed1 = (suite.seed_ratios(results)["half_cheetah"][seed] for seed in (0, 1))
+    # 1000: 1.2x the steps in 0.6x the time; allowed 1.2 x 2.0 = 2.4 -> 0.25 of it
+    assert seed0["1000"] == pytest.approx((1.2, 0.6, 0.25))
+    assert seed0["2000"] == pytest.approx((1.5, 0.75, 0.25))
+    assert seed0["2500"] is None
+    assert seed1["1000"] == pytest.approx((1.5, 0.9))  # two figures
+    table = suite.seed_ratio_tables(results)
+    assert "| 0 | 1.20 steps, 0.60 time, 0.25 of allowed | 1.50 steps, 0.75 time, " \
+           "0.25 of allowed |" in table
+    assert "| 1 | 1.50 steps, 0.90 time |" in table
+    assert "same env steps: seed 0 2.00\n" in table  # seed 1: not both runs measured
+    assert "the issue's bound is <= 1.1" in table
+    figures = suite.report(results)
+    assert figures["seed_ratios"]["half_cheetah"]["0"]["1000"] == pytest.approx(
+        (1.2, 0.6, 0.25))
+    assert figures["seed_ratios"]["half_cheetah"]["1"]["1000"] == pytest.approx((1.5, 0.9))
+    assert figures["envs_time_ratios"] == {"half_cheetah": {"0": pytest.approx(2.0)}}
+
+
+def test_results_without_the_envs_alone_rates_report_as_before():
+    """Results written before the envs-alone measurement (or with it off): two
+    figures per cell and no envs-alone line or note."""
+    results = [_run("sync", 0, [[100_000, 100.0, 1000.0]]),
+               _run("async", 0, [[120_000, 60.0, 1000.0]])]
+    assert suite.seed_ratios(results)["half_cheetah"][0]["1000"] == (1.2, 0.6)
+    table = suite.seed_ratio_tables(results)
+    assert "| 0 | 1.20 steps, 0.60 time | - |" in table
+    assert "allowed" not in table and "Envs alone" not in table
+    assert suite.envs_time_ratios(results) == {}
+    assert suite.report(results)["envs_time_ratios"] == {}
+
+
+def test_envs_alone_flags_are_checked():
+    import pytest
+
+    from bench.suite import parse_args
+
+    args = parse_args(["--envs", "hopper"])
+    assert args.envs_alone_steps > 0 and args.envs_alone_repeats >= 1
+    assert parse_args(["--envs_alone_steps", "0"]).envs_alone_steps == 0  # off
+    for flags in (["--envs_alone_steps", "-1"], ["--envs_alone_repeats", "0"]):
+        with pytest.raises(SystemExit):
+            parse_args(flags)
+
+
+def test_envs_alone_measures_both_modes_layouts_of_hopper():
+    """bench/suite.py's measurement, for real (4 batched steps, one repeat):
+    both modes' rates, each mode's envs laid out as the trainer resolves
+    them on this machine (N * K envs over N * max(W, 1) processes), and no
+    stepping process left behind."""
+    import multiprocessing
+
+    from alf_async.sampling_choice import choose_sampling
+    from alf_async.utils.process import usable_cores
+    from bench import benchlib
+    from bench.suite import gin_file, measure_envs_alone
+
+    measured = measure_envs_alone("hopper", [], num_steps=4, repeats=1, seed=3)
+    assert multiprocessing.active_children() == []
+    for mode in ("sync", "async"):
+        config = gin_file("hopper", mode)
+        k, n, w, s = (benchlib.config_value(config, [], f"Trainer.{name}") for name in
+                      ("num_envs", "num_actors", "num_env_workers", "env_splits"))
+        choice = choose_sampling(w, s, cores=usable_cores(), num_actors=n, num_envs=k)
+        assert measured["envs_alone_layout"][mode] == {
+            "num_envs": n * k, "processes": n * max(choice.num_env_workers, 1)}
+        assert measured["envs_alone_steps_per_s"][mode] > 0
+        assert len(measured["envs_alone_samples"][mode]) == 1
+    assert measured["envs_alone_layout"]["async"]["num_envs"] == \
+        2 * measured["envs_alone_layout"]["sync"]["num_envs"]  # N = 2 against N = 1
+    assert measured["envs_alone_steps"] == 4
