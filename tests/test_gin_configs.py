@@ -77,7 +77,8 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
 # settings train exactly as PPO2 does, so
 # the sync and async files still train the same way.
 ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": {"learner.lag_correction": "vtrace_gae",
-                                                  "learner.recompute_values": True}}
+                                                  "learner.recompute_values": True,
+                                                  "learner.rho_bar": 100.0}}
 
 
 @pytest.mark.parametrize("stem", [
