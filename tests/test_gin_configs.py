@@ -76,9 +76,10 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
 # Async files that also choose how a stale batch is corrected: without lag these
 # settings train exactly as PPO2 does, so
 # the sync and async files still train the same way.
-ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": {"learner.lag_correction": "vtrace_gae",
-                                                  "learner.recompute_values": True,
-                                                  "learner.rho_bar": 100.0}}
+VTRACE_GAE_UNTRUNCATED = {"learner.lag_correction": "vtrace_gae",
+                          "learner.recompute_values": True, "learner.rho_bar": 100.0}
+ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
+                      "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED}
 
 
 @pytest.mark.parametrize("stem", [
