@@ -47,7 +47,7 @@ from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
 from alf_async.runtime.trajectory import allocate_trajectory
-from alf_async.utils.precision import bf16_pays, cpu_bf16_flags, native_bf16
+from alf_async.utils.precision import choose_precision, cpu_bf16_flags
 from bench import benchlib
 
 FRAMES = ObservationSpec((4, 84, 84), "uint8")
@@ -187,8 +187,8 @@ def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int) -> Di
             "actor_ms_per_step": 1e3 * actor_s / T, "T": T, "K": K,
             "log_ratio_max": float(np.abs(ratio).max()),
             "log_ratio_std": float(ratio.std()),
-            "auto_would_pick": "bf16" if (native_bf16(torch.device("cpu"))[0]
-                                         and bf16_pays(learner.model)[0]) else "fp32"}
+            "auto_would_pick": choose_precision("PPOLearner", "auto", torch.device("cpu"),
+                                                learner.model).name}
 
 
 def measure_sac(precision: str, repeats: int, minibatches: int) -> Dict[str, Any]:
@@ -223,8 +223,8 @@ def measure_sac(precision: str, repeats: int, minibatches: int) -> Dict[str, Any
     return {"learner_s": learner_s, "gradient_step_ms": 1e3 * learner_s / minibatches,
             "gradient_steps": minibatches, "actor_s": actor_s,
             "actor_ms_per_step": 1e3 * actor_s / T, "T": T, "K": K,
-            "auto_would_pick": "bf16" if (native_bf16(torch.device("cpu"))[0] and bf16_pays(
-                learner.actor, learner.critic)[0]) else "fp32"}
+            "auto_would_pick": choose_precision("SACLearner", "auto", torch.device("cpu"),
+                                                learner.actor, learner.critic).name}
 
 
 def main(argv: List[str] = None) -> None:

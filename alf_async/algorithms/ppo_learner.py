@@ -149,9 +149,9 @@ class PPOLearner:
             optimizer moments, losses, value targets, normalizer and
             log-probabilities) or "auto" (bf16 where the device runs it
             natively and the network is convolutional, fp32 for an MLP, whose
-            actors would act slower); resolved once, logged at start (``utils.precision``) and
-            published with the weights, so that the actors infer in the
-            same precision. Checkpoints are float32 under any precision.
+            actors would act slower); resolved once, logged at start
+            (``utils.precision``) and published with the weights, so that the
+            actors infer in the same precision. Checkpoints are float32 under any precision.
         seed: seeds the model initialization and the minibatch shuffling.
     """
 
