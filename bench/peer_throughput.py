@@ -17,7 +17,10 @@ its one rate is set against both of alf_async's.
 
 ``--env humanoid``: the same with ``ppo_bullet_humanoid.gin`` and
 ``async_ppo_bullet_humanoid.gin`` (K = 96 envs per actor, unroll 512), Sample
-Factory on the same 96 envs (2 workers x 48, its MuJoCo settings) and the raw
+Factory on the same 96 envs (2 workers x 48, its MuJoCo settings with 6
+minibatches of 1024 per epoch, so that its sync mode trains on one rollout of
+every env per iteration as its MuJoCo settings do, and without its start-up
+staggering of the envs by random steps, minutes with 48 envs a worker) and the raw
 limit of 96 envs over 2 processes. The zoo has no PPO settings for the PyBullet
 humanoid, so SB3 is not run there (``--sb3_python`` is refused). ``--env_steps``
 should then be a multiple of 96 x 512 = 49152 (one sync iteration) and of Sample
@@ -59,12 +62,18 @@ SF_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "s
 SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "sb3_ppo.py")
 # Per ``--env``: the gymnasium id, the shipped config pair, the envs each
 # library steps (alf_async's K; Sample Factory splits them over 2 workers), and
-# whether the rl-baselines3-zoo has PPO settings for it (bench/peers/sb3_ppo.py).
+# whether the rl-baselines3-zoo has PPO settings for it (bench/peers/sb3_ppo.py);
+# sf_batches_per_epoch: Sample Factory's minibatches of 1024 per epoch where its
+# sync mode needs another value than its MuJoCo 4 (one rollout of 64 steps of
+# every env per iteration: 96 x 64 = 6 x 1024); sf_decorrelate: whether Sample
+# Factory staggers its envs with random steps before the first rollout (its
+# default; off for 48 envs a worker, where it is minutes of start-up).
 PAIRS: Dict[str, Dict[str, Any]] = {
     "half_cheetah": {"env": "HalfCheetahBulletEnv-v0", "num_envs": 16, "sb3": True,
                      "configs": {"sync": "ppo_bullet_half_cheetah.gin",
                                  "async": "async_ppo_bullet_half_cheetah.gin"}},
     "humanoid": {"env": "HumanoidBulletEnv-v0", "num_envs": 96, "sb3": False,
+                 "sf_batches_per_epoch": 6, "sf_decorrelate": False,
                  "configs": {"sync": "ppo_bullet_humanoid.gin",
                              "async": "async_ppo_bullet_humanoid.gin"}},
 }
@@ -117,6 +126,10 @@ def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sf_python, SF_SCRIPT, "--env", pair["env"], "--steps", str(args.env_steps),
            "--async_rl", "1" if mode == "async" else "0", "--num_workers", str(SF_WORKERS),
            "--envs_per_worker", str(pair["num_envs"] // SF_WORKERS)]
+    if not pair.get("sf_decorrelate", True):
+        cmd += ["--decorrelate_envs", "0"]
+    if pair.get("sf_batches_per_epoch"):
+        cmd += ["--num_batches_per_epoch", str(pair["sf_batches_per_epoch"])]
     return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
 
 

@@ -11,7 +11,17 @@ from the sample-factory wheel, not copied): rollout 64, batch 1024, 2 epochs of
 4 minibatches, learning rate 2.95e-3 decaying linearly, (64, 64) tanh MLP,
 input and return normalization, double-buffered sampling (worker_num_splits 2).
 The layout is set for a 2-core machine and the 16 envs of alf_async's PyBullet
-configs: 2 workers x 8 envs, on the CPU.
+configs: 2 workers x 8 envs, on the CPU. Sample Factory's sync mode trains on
+whole rollouts of every env (workers x envs x rollout a multiple of
+num_batches_per_epoch x batch_size): its MuJoCo settings train on one rollout of
+their 64 envs per iteration (4 x 1024); for other env counts
+``--num_batches_per_epoch`` keeps that (96 envs: 6 minibatches of 1024).
+Before its first rollout Sample Factory steps env i of a worker 64 x i times at
+random ("decorrelating experience", inside ``runner.run()``): with 48 envs a
+worker that is about 72k random humanoid steps, minutes of start-up that a
+run of a few hundred thousand env steps would count as training time.
+``--decorrelate_envs 0`` skips it (the humanoid falls within tens of steps at
+first, so its episodes stagger by themselves).
 
 Prints one JSON line: {"library": "sample-factory", "mode": "sync"|"async",
 "env_steps", "run_s", "env_steps_per_s", "setup_s", "exit_s"}: run_s is the
@@ -64,6 +74,10 @@ def main(argv=None) -> int:
     p.add_argument("--async_rl", type=int, choices=[0, 1], default=0)
     p.add_argument("--num_workers", type=int, default=2)
     p.add_argument("--envs_per_worker", type=int, default=8)
+    p.add_argument("--num_batches_per_epoch", type=int, default=None,
+                   help="minibatches of 1024 per epoch (default: Sample Factory's MuJoCo 4)")
+    p.add_argument("--decorrelate_envs", type=int, choices=[0, 1], default=1,
+                   help="Sample Factory's decorrelate_envs_on_one_worker (default: on, as it ships)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train_dir", default="/tmp/peers/sf_train")
     args = p.parse_args(argv)
@@ -82,6 +96,10 @@ def main(argv=None) -> int:
                f"--async_rl={bool(args.async_rl)}", f"--num_workers={args.num_workers}",
                f"--num_envs_per_worker={args.envs_per_worker}", f"--seed={args.seed}",
                "--device=cpu", "--restart_behavior=overwrite", "--with_wandb=False"]
+    if not args.decorrelate_envs:
+        sf_argv.append("--decorrelate_envs_on_one_worker=False")
+    if args.num_batches_per_epoch is not None:
+        sf_argv.append(f"--num_batches_per_epoch={args.num_batches_per_epoch}")
     parser, partial_cfg = parse_sf_args(argv=sf_argv, evaluation=False)
     mujoco_override_defaults(partial_cfg.env, parser)
     cfg = parse_full_cfg(parser, sf_argv)
