@@ -16,8 +16,9 @@ networks, 20 epochs of minibatches of 128, gSDE), ``--env_steps`` each,
 its one rate is set against both of alf_async's.
 
 ``--env humanoid``: the same with ``ppo_bullet_humanoid.gin`` and
-``async_ppo_bullet_humanoid.gin`` (K = 96 envs per actor, unroll 512), Sample
-Factory on the same 96 envs (2 workers x 48, its MuJoCo settings with 6
+``async_ppo_bullet_humanoid.gin`` (K = 96 envs per actor, unroll 512: 192 envs
+in the async file's two actors, as HalfCheetah's async file steps 2 x 16), Sample
+Factory on 96 envs (2 workers x 48, its MuJoCo settings with 6
 minibatches of 1024 per epoch, so that its sync mode trains on one rollout of
 every env per iteration as its MuJoCo settings do, and without its start-up
 staggering of the envs by random steps, minutes with 48 envs a worker) and the raw
