@@ -65,12 +65,13 @@ SB3_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "
 # library steps (alf_async's K; Sample Factory splits them over 2 workers), and
 # whether the rl-baselines3-zoo has PPO settings for it (bench/peers/sb3_ppo.py);
 # sf_batches_per_epoch: Sample Factory's minibatches of 1024 per epoch where its
-# sync mode needs another value than its MuJoCo 4 (one rollout of 64 steps of
+# sync mode needs another value than its MuJoCo 4 (None: its 4) (one rollout of 64 steps of
 # every env per iteration: 96 x 64 = 6 x 1024); sf_decorrelate: whether Sample
 # Factory staggers its envs with random steps before the first rollout (its
 # default; off for 48 envs a worker, where it is minutes of start-up).
 PAIRS: Dict[str, Dict[str, Any]] = {
     "half_cheetah": {"env": "HalfCheetahBulletEnv-v0", "num_envs": 16, "sb3": True,
+                     "sf_batches_per_epoch": None, "sf_decorrelate": True,
                      "configs": {"sync": "ppo_bullet_half_cheetah.gin",
                                  "async": "async_ppo_bullet_half_cheetah.gin"}},
     "humanoid": {"env": "HumanoidBulletEnv-v0", "num_envs": 96, "sb3": False,
@@ -127,9 +128,9 @@ def run_sf(mode: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [args.sf_python, SF_SCRIPT, "--env", pair["env"], "--steps", str(args.env_steps),
            "--async_rl", "1" if mode == "async" else "0", "--num_workers", str(SF_WORKERS),
            "--envs_per_worker", str(pair["num_envs"] // SF_WORKERS)]
-    if not pair.get("sf_decorrelate", True):
+    if not pair["sf_decorrelate"]:
         cmd += ["--decorrelate_envs", "0"]
-    if pair.get("sf_batches_per_epoch"):
+    if pair["sf_batches_per_epoch"] is not None:
         cmd += ["--num_batches_per_epoch", str(pair["sf_batches_per_epoch"])]
     return children.run_peer_json(cmd, timeout_s=args.timeout_s, quiet=True)
 
