@@ -59,8 +59,14 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p.add_argument("--env_steps", type=int, default=300000, help="budget of each trial")
     p.add_argument("--max_parallel", type=int, default=2, help="trials at a time")
     p.add_argument("--pruner", default="median",
-                   help="the search's pruner (alf-sweep --pruner): median, "
+                   help="the search's pruner (alf-sweep --pruner): median, percentile, "
                         "successive_halving or none")
+    p.add_argument("--prune_percentile", type=float, default=None,
+                   help="alf-sweep --prune_percentile (--pruner percentile; default: "
+                        "the command's)")
+    p.add_argument("--prune_after_env_steps", type=int, default=None,
+                   help="alf-sweep --prune_after_env_steps (default: the command's, a "
+                        "third of a trial's budget)")
     p.add_argument("--sweeps", default="grid,optuna",
                    help="which sweeps to run: grid, optuna or both (comma-separated)")
     benchlib.add_common_train_args(p)
@@ -111,9 +117,14 @@ def main(argv: List[str] = None) -> None:
     flags = {"grid": [f"--sweep={s}" for s in GRIDS[args.trials]],
              "optuna": ["--search=optuna", f"--num_trials={args.trials}",
                         f"--pruner={args.pruner}"]
+             + [f"--{name}={getattr(args, name)}"
+                for name in ("prune_percentile", "prune_after_env_steps")
+                if getattr(args, name) is not None]
              + [f"--sweep={s}" for s in SPACE]}
     result: Dict[str, Any] = {"bench": "sweep_search", "gin_file": args.gin_file,
-                              "pruner": args.pruner, "trials": args.trials, "env_steps_per_trial": args.env_steps}
+                              "pruner": args.pruner, "prune_percentile": args.prune_percentile,
+                              "prune_after_env_steps": args.prune_after_env_steps,
+                              "trials": args.trials, "env_steps_per_trial": args.env_steps}
     try:
         for name in args.sweeps:
             result[name] = run_sweep(args, os.path.join(base.path, name), flags[name])

@@ -144,8 +144,33 @@ def test_pruning_waits_a_third_of_the_budget_unless_told(tmp_path):
     result = run(command + ["--prune_after_env_steps=0", "--pruner=successive_halving"])
     assert result.returncode == 0, result.stderr
     assert "pruner successive_halving (from 0 env steps" in result.stdout
+    result = run(command + ["--pruner=percentile", "--prune_percentile=25"])
+    assert result.returncode == 0, result.stderr
+    assert "pruner percentile top 25% (from 3000 env steps" in result.stdout
     result = run(command + ["--pruner=none"])
     assert "pruner none\n" in result.stdout
+
+
+def test_percentile_pruner_keeps_only_the_top_percent(tmp_path):
+    """--pruner=percentile with P = 25 stops a trial that the median pruner
+    keeps: above the median of the complete trials, below their top quarter."""
+    from alf_async.sweep.search import SearchSettings, _pruner
+
+    def should_prune(pruner, percentile):
+        settings = SearchSettings("optuna", 6, "final", "episode_return", pruner, 2, 100, 0,
+                                  prune_percentile=percentile)
+        study = optuna.create_study(direction="maximize", pruner=_pruner(settings))
+        for value in (10.0, 20.0, 30.0):
+            study.add_trial(optuna.trial.create_trial(
+                value=value, intermediate_values={100: value},
+                distributions={}, params={}))
+        trial = study.ask()
+        trial.report(22.0, 100)
+        return trial.should_prune()
+
+    assert not should_prune("median", 25.0)  # 22 > the median 20
+    assert should_prune("percentile", 25.0)  # 22 < 25, the top quarter's edge
+    assert not should_prune("percentile", 50.0)  # the median pruner's test
 
 
 def test_search_flags_are_checked(tmp_path):
@@ -159,6 +184,9 @@ def test_search_flags_are_checked(tmp_path):
     assert sweep(root, gin, space, search=SearchOptions("grid", 2)) == 2
     assert sweep(root, gin, space, search=SearchOptions("optuna", 2, objective="best")) == 2
     assert sweep(root, gin, space, search=SearchOptions("optuna", 2, pruner="hyperband")) == 2
+    for percentile in (0.0, 100.0, -5.0):
+        assert sweep(root, gin, space, search=SearchOptions(
+            "optuna", 2, pruner="percentile", prune_percentile=percentile)) == 2
     assert sweep(root, gin, [], search=SearchOptions("optuna", 2)) == 2
     assert not os.path.exists(root)
 

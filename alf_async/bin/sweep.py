@@ -50,11 +50,10 @@ from absl import flags
 
 from alf_async.bin.common import ExitCode, run_command, define_run_flags
 from alf_async.bin.common import user_error as _user_error
+from alf_async.sweep.choices import PRUNERS, SAMPLERS
+from alf_async.sweep.objective import OBJECTIVES
 
 FLAGS = flags.FLAGS
-SEARCHES = ("optuna", "random")
-OBJECTIVES = ("final", "auc")
-PRUNERS = ("median", "successive_halving", "none")
 METRICS = ("auto", "eval_return", "episode_return")
 BACKENDS = ("local", "ray")
 OPTUNA_REQUIREMENT = "optuna>=4"
@@ -73,6 +72,7 @@ class SearchOptions:
     prune_after_trials: int = 2
     prune_after_env_steps: Optional[int] = None  # None: a third of a trial's budget
     seed: int = 0
+    prune_percentile: float = 25.0
 
 
 def define_flags() -> None:
@@ -95,7 +95,12 @@ def define_flags() -> None:
                         "'episode_return' (mean of the last 100 training episodes) or "
                         "'auto' (eval_return when the runs evaluate)")
     flags.DEFINE_string("pruner", SearchOptions.pruner, "stop trials that lag: 'median', "
-                        "'successive_halving' or 'none'")
+                        "'percentile' (see --prune_percentile), 'successive_halving' or "
+                        "'none'")
+    flags.DEFINE_float("prune_percentile", SearchOptions.prune_percentile,
+                       "--pruner=percentile: a trial goes on only while it is in the top "
+                       "this many percent of the complete trials at the same env steps "
+                       "(50 is the median pruner; smaller prunes more)")
     flags.DEFINE_integer("prune_after_trials", SearchOptions.prune_after_trials,
                          "complete trials before pruning starts")
     flags.DEFINE_integer("prune_after_env_steps", SearchOptions.prune_after_env_steps,
@@ -154,14 +159,16 @@ def _check_options(search: SearchOptions, placement: PlacementOptions,
         if search.num_trials is not None:
             return "--num_trials is for a search: add --search=optuna (or random)"
         return None
-    if search.search not in SEARCHES:
-        return f"--search must be one of {', '.join(SEARCHES)}, got {search.search!r}"
+    if search.search not in SAMPLERS:
+        return f"--search must be one of {', '.join(SAMPLERS)}, got {search.search!r}"
     if search.num_trials is None or search.num_trials < 1:
         return f"--search needs --num_trials >= 1, got {search.num_trials}"
     if not sweeps:
         return "--search needs at least one --sweep to search over"
     if search.prune_after_trials < 0 or (search.prune_after_env_steps or 0) < 0:
         return "--prune_after_trials and --prune_after_env_steps must be >= 0"
+    if search.pruner == "percentile" and not 0 < search.prune_percentile < 100:
+        return f"--prune_percentile must be in (0, 100), got {search.prune_percentile}"
     if importlib.util.find_spec("optuna") is None:
         return ("--search needs Optuna, which is not installed; install it with "
                 f"pip install -e \".[sweep]\" or pip install \"{OPTUNA_REQUIREMENT}\"")
@@ -172,7 +179,8 @@ def _pruning_after(search: SearchOptions, env_steps: int) -> str:
     """When the pruner may act, for the sweep's first line."""
     if search.pruner == "none":
         return ""
-    return (f" (from {env_steps} env steps of a trial and {search.prune_after_trials} "
+    top = f" top {search.prune_percentile:g}%" if search.pruner == "percentile" else ""
+    return (f"{top} (from {env_steps} env steps of a trial and {search.prune_after_trials} "
             "complete trial(s) on)")
 
 
@@ -262,7 +270,8 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
 
         settings = SearchSettings(search.search, search.num_trials, search.objective, metric,
                                   search.pruner, search.prune_after_trials,
-                                  prune_after_env_steps, search.seed)
+                                  prune_after_env_steps, search.seed,
+                                  search.prune_percentile)
         runner = SearchRunner(root_dir, gin_paths, dimensions, settings, **common)
         what = (f"{search.search} search of {search.num_trials} trial(s), objective "
                 f"{search.objective} {metric}, pruner {search.pruner}"
@@ -348,7 +357,8 @@ def main(argv: List[str]) -> None:
         sys.exit(user_error("--root_dir is required"))
     search = SearchOptions(FLAGS.search, FLAGS.num_trials, FLAGS.objective,
                            FLAGS.objective_metric, FLAGS.pruner, FLAGS.prune_after_trials,
-                           FLAGS.prune_after_env_steps, FLAGS.search_seed)
+                           FLAGS.prune_after_env_steps, FLAGS.search_seed,
+                           FLAGS.prune_percentile)
     placement = PlacementOptions(FLAGS.backend, FLAGS.address, FLAGS.shared_dir,
                                  FLAGS["max_parallel"].present)
     sys.exit(sweep(FLAGS.root_dir, FLAGS.gin_file or [], FLAGS.sweep or [],

@@ -26,8 +26,10 @@ independently. Each invocation seeds its sampler from ``seed`` and the number
 of trials already in the study, so a resumed study does not draw its first
 trials again. Pruners: ``median`` (Optuna's MedianPruner: stop a trial whose
 best objective so far is below the median of the complete trials at the same
-env steps) and ``successive_halving`` (asynchronous successive halving, with
-env steps as the resource); both act only after ``prune_after_trials``
+env steps), ``percentile`` (the same test against the ``prune_percentile``-th
+best percentile: 25 keeps only trials in the top quarter), and
+``successive_halving`` (asynchronous successive halving, with env steps as the
+resource); each acts only after ``prune_after_trials``
 trials are complete and once a trial has ``prune_after_env_steps`` env steps.
 """
 
@@ -49,8 +51,6 @@ from alf_async.sweep.space import Dimension, optuna_distribution, trial_params
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "alf_sweep"
-SAMPLERS = ("optuna", "random")
-PRUNERS = ("median", "successive_halving", "none")
 # Where the study keeps what the sweep needs to resume it.
 RUN_NAME_ATTR = "run_dir"
 OBJECTIVE_ATTR = "objective_at_stop"
@@ -66,10 +66,13 @@ class SearchSettings:
         objective: "final" or "auc" (``objective.py``).
         metric: the metrics key the objective reads (``eval_return`` or
             ``episode_return``).
-        pruner: "median", "successive_halving" or "none".
+        pruner: "median", "percentile", "successive_halving" or "none".
         prune_after_trials: complete trials before the pruner acts.
         prune_after_env_steps: env steps a trial runs before it can be pruned.
         seed: seeds the sampler.
+        prune_percentile: the "percentile" pruner's P in (0, 100): a trial goes
+            on only while its best objective so far is in the top P percent of
+            the complete trials' objectives at the same env steps.
     """
 
     sampler: str
@@ -80,6 +83,7 @@ class SearchSettings:
     prune_after_trials: int
     prune_after_env_steps: int
     seed: int
+    prune_percentile: float = 25.0
 
 
 def trial_name(number: int) -> str:
@@ -135,6 +139,10 @@ def _pruner(settings: SearchSettings):
     if settings.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=settings.prune_after_trials,
                                            n_warmup_steps=settings.prune_after_env_steps)
+    if settings.pruner == "percentile":
+        return optuna.pruners.PercentilePruner(settings.prune_percentile,
+                                               n_startup_trials=settings.prune_after_trials,
+                                               n_warmup_steps=settings.prune_after_env_steps)
     if settings.pruner == "successive_halving":
         return WarmedPruner(optuna.pruners.SuccessiveHalvingPruner(),
                             settings.prune_after_trials, settings.prune_after_env_steps)
