@@ -144,6 +144,7 @@ TENSORBOARD_TAGS = {
     "startup_s": "time/startup_s",
     "queue_length": "async/queue_length",
     "lag": "async/lag",
+    "step_lag": "async/step_lag",
     "bytes_moved": "async/bytes_moved",
     "policy_loss": "ppo/policy_loss",
     "value_loss": "ppo/value_loss",

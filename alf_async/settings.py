@@ -163,6 +163,16 @@ class TrainerSettings:
             metrics as dropped_batches / dropped_env_steps; its env steps do not
             count towards the budget). None: no cap (lag <= N - 1 anyway with one
             slot per actor).
+        weights_mid_unroll: an actor that acts for its envs itself loads the
+            weights the learner publishes during its unroll before its next
+            step, instead of at the start of its next unroll: the later part of
+            an async batch is acted by the version the learner trains it with
+            (the batch's ``behaviour_version`` column holds the version of each
+            step; the learner normalizes each step with its own version's
+            statistics and reports ``step_lag``, the mean over the batch's
+            steps). Process backend only; env workers that act for their envs
+            (``acting_env_workers``) and a synchronous run (no weights are
+            published during an unroll) are unchanged.
     """
 
     gin_name: ClassVar[str] = GIN_NAME
@@ -196,6 +206,7 @@ class TrainerSettings:
         "number", low=0, low_open=True))
     learner_num_threads: int = field(default=1, metadata=rule("int", low=0))
     max_lag: Optional[int] = field(default=None, metadata=rule("int", low=0, optional=True))
+    weights_mid_unroll: bool = field(default=False, metadata=rule("bool"))
 
     def __post_init__(self) -> None:
         validate_fields(self, GIN_NAME)
@@ -223,6 +234,10 @@ class TrainerSettings:
             raise ConfigError(f"Trainer.runtime='hogwild' runs its workers as processes of "
                               f"this machine; set Trainer.backend='process' (got "
                               f"{self.backend!r})")
+        if self.weights_mid_unroll and self.backend != "process":
+            raise ConfigError("Trainer.weights_mid_unroll=True needs actor processes that "
+                              "read the learner's shared weight store; set "
+                              f"Trainer.backend='process' (got {self.backend!r})")
         if self.backend == "inprocess" and self.num_actors != 1:
             raise ConfigError("Trainer.backend='inprocess' runs one actor; set "
                               f"Trainer.num_actors=1 (got {self.num_actors}) or use 'process'")

@@ -55,7 +55,7 @@ def test_split_actor_process_equals_plain_loop():
                                     ACT_DIM), enough)
     assert sum(int(a["terminated"].sum() + a["truncated"].sum()) for _, a in want) > 0
     for i, ((message, arrays), (ref_message, ref_arrays)) in enumerate(zip(got, want)):
-        assert_same_trajectory(arrays, ref_arrays, f"env_splits=2 batch {i}")
+        assert_same_trajectory(arrays, ref_arrays, f"env_splits=2 batch {i}", message.version)
         # Episodes finish in another order (split by split), not with other values.
         assert sorted(message.unroll.episodes) == sorted(ref_message.unroll.episodes)
 

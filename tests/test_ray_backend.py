@@ -115,12 +115,12 @@ def test_same_trajectories_as_the_process_backend(cluster, num_actors):
         reference = reference_actor(actor_id, config, len(stream))
         for i, ((message, arrays), (want, episodes)) in enumerate(zip(stream, reference)):
             where = f"N={num_actors} actor {actor_id} batch {i}"
-            assert_same_trajectory(arrays, want, where)
+            assert_same_trajectory(arrays, want, where, message.version)
             assert message.unroll.episodes == episodes, where
         for i, ((message, arrays), (p_message, p_arrays)) in enumerate(
                 zip(stream, process_streams[actor_id])):
             where = f"ray vs process, N={num_actors} actor {actor_id} batch {i}"
-            assert_same_trajectory(arrays, p_arrays, where)
+            assert_same_trajectory(arrays, p_arrays, where, message.version)
             assert message.unroll.episodes == p_message.unroll.episodes, where
             # The actor acted with the weights it says it had.
             assert message.weights_digest == weights_digest(weights(message.version)), where

@@ -15,7 +15,7 @@ truncations (and so ``truncation_value``) occur inside the compared batches.
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -92,9 +92,14 @@ def reference_actor(actor_id: int, config: TrainerSettings, count: int):
 
 
 def assert_same_trajectory(got: Dict[str, np.ndarray], want: Dict[str, np.ndarray],
-                           where: str) -> None:
+                           where: str, version: Optional[int] = None) -> None:
+    """The same data in every field; ``behaviour_version`` (which weights the
+    actor had loaded, not what it did: a reference actor loads none) equal to
+    ``version`` at every step where given."""
     assert set(got) == set(want) == set(trajectory_specs(UNROLL, NUM_ENVS, OBS_DIM, ACT_DIM))
-    for key in want:
+    if version is not None:
+        assert (got["behaviour_version"] == version).all(), f"{where}: behaviour_version"
+    for key in set(want) - {"behaviour_version"}:
         assert got[key].dtype == want[key].dtype, f"{where}: dtype of {key}"
         assert got[key].shape == want[key].shape, f"{where}: shape of {key}"
         np.testing.assert_array_equal(got[key], want[key], err_msg=f"{where}: field {key}")
@@ -121,7 +126,7 @@ def test_reference_batches_exercise_every_field(in_process_batches):
     # InProcessActorPool is Actor.unroll: same arrays and episodes.
     for (message, got), (want, episodes) in zip(
             in_process_batches, reference_actor(0, make_config(0), NUM_BATCHES)):
-        assert_same_trajectory(got, want, "in-process pool vs Actor.unroll")
+        assert_same_trajectory(got, want, "in-process pool vs Actor.unroll", message.version)
         assert message.unroll.episodes == episodes
 
 
@@ -135,7 +140,7 @@ def test_process_actor_equals_in_process(in_process_batches, num_env_workers):
     for i, ((message, arrays), (ref_message, ref_arrays)) in enumerate(
             zip(got, in_process_batches)):
         where = f"W={num_env_workers} batch {i}"
-        assert_same_trajectory(arrays, ref_arrays, where)
+        assert_same_trajectory(arrays, ref_arrays, where, message.version)
         assert message.unroll.episodes == ref_message.unroll.episodes, where
         assert message.unroll.env_steps == ref_message.unroll.env_steps == UNROLL * NUM_ENVS
         assert message.actor_id == 0
@@ -165,7 +170,7 @@ def test_two_actor_processes_each_equal_their_in_process_actor():
         reference = reference_actor(actor_id, config, len(stream))
         for i, ((message, arrays), (want, episodes)) in enumerate(zip(stream, reference)):
             where = f"actor {actor_id} batch {i}"
-            assert_same_trajectory(arrays, want, where)
+            assert_same_trajectory(arrays, want, where, message.version)
             assert message.unroll.episodes == episodes, where
         # An actor's versions never go backwards.
         versions = [m.version for m, _ in stream]

@@ -197,3 +197,31 @@ class PublishedStatistics:
         acting = RunningNormalizer(like.dim, like.clip, like.epsilon)
         acting.load_state_arrays(arrays)
         return acting
+
+
+class VersionNormalizer:
+    """Normalizes the steps of a batch acted by several weight versions, each
+    with the statistics its version acted with (``Trainer.weights_mid_unroll``).
+
+    Args:
+        normalizers: version -> that version's statistics.
+        step_versions: the version of each row [*R] (e.g. [T, K]) of the
+            arrays ``normalize`` is given ([*R, D]).
+    """
+
+    def __init__(self, normalizers: Mapping[int, RunningNormalizer],
+                 step_versions: torch.Tensor):
+        self.normalizers = dict(normalizers)
+        self.step_versions = step_versions
+
+    def for_rows(self, step_versions: torch.Tensor) -> "VersionNormalizer":
+        """The same statistics for other rows."""
+        return VersionNormalizer(self.normalizers, step_versions)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """x [*R, D] float32, each row with its version's statistics."""
+        out = torch.empty_like(x)
+        for version, normalizer in self.normalizers.items():
+            rows = self.step_versions == version
+            out[rows] = normalizer.normalize(x[rows])
+        return out

@@ -23,7 +23,7 @@ actors receive.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import numpy as np
@@ -31,7 +31,8 @@ import torch
 
 from alf_async.algorithms.adam import Adam
 from alf_async.algorithms.guarded_step import GuardedStep
-from alf_async.algorithms.normalizer import PublishedStatistics, RunningNormalizer
+from alf_async.algorithms.normalizer import (PublishedStatistics, RunningNormalizer,
+                                            VersionNormalizer)
 from alf_async.algorithms.ppo_loss import ppo_loss
 from alf_async.algorithms.sequence_batches import BatchColumns
 from alf_async.algorithms.step_size import StepSizeControl
@@ -298,22 +299,37 @@ class PPOLearner:
         """The context the networks' forward passes run in (``precision``)."""
         return compute_context(self.device, self.precision.bf16)
 
-    def _batch_normalizer(self, raw: np.ndarray, behaviour_version: Optional[int]
-                          ) -> Optional[RunningNormalizer]:
+    def _batch_normalizer(self, raw: np.ndarray, behaviour_version: Optional[int],
+                          step_versions: Optional[torch.Tensor] = None,
+                          versions: Sequence[int] = ()
+                          ) -> Union[None, RunningNormalizer, VersionNormalizer]:
         """The normalizer the batch's observations are trained with (None:
         observations are not normalized, see ``observation_stats``); adds the
-        batch's raw observations [T, K, O] to the running statistics."""
+        batch's raw observations [T, K, O] to the running statistics.
+        ``step_versions`` [T, K] (on the device): the version of each step of a
+        batch acted by several, ``versions`` (``Trainer.weights_mid_unroll``):
+        each step is normalized with its own version's statistics."""
         if not self.normalize_observations:
             return None
         acting = None
         if self.observation_stats == "behaviour":
-            acting = self._published_stats.normalizer(behaviour_version, self.normalizer)
-            if acting is None:  # not published in this process: the current ones
-                acting = RunningNormalizer(self.normalizer.dim, self.normalizer.clip,
-                                           self.normalizer.epsilon)
-                acting.load_state_arrays(self.normalizer.state_arrays())
+            if step_versions is None:
+                acting = self._acting_normalizer(behaviour_version)
+            else:
+                acting = VersionNormalizer(
+                    {v: self._acting_normalizer(v) for v in versions}, step_versions)
         self.normalizer.update(raw)
         return self.normalizer if acting is None else acting
+
+    def _acting_normalizer(self, version: Optional[int]) -> RunningNormalizer:
+        """The statistics published with ``version`` (the current ones where they
+        were not published in this process)."""
+        acting = self._published_stats.normalizer(version, self.normalizer)
+        if acting is None:
+            acting = RunningNormalizer(self.normalizer.dim, self.normalizer.clip,
+                                       self.normalizer.epsilon)
+            acting.load_state_arrays(self.normalizer.state_arrays())
+        return acting
 
     def _acted_by_current_weights(self, behaviour_version: Optional[int]) -> bool:
         """Whether the batch was acted by the weights the learner has now,
@@ -346,6 +362,9 @@ class PPOLearner:
         steps, envs = torch.nonzero(rows >= 0, as_tuple=True)
         observations = torch.cat([t["bootstrap_observation"],
                                   t["final_observation"][rows[steps, envs], envs]])
+        if isinstance(normalizer, VersionNormalizer):  # s_T as the last step's version saw it
+            versions = normalizer.step_versions
+            normalizer = normalizer.for_rows(torch.cat([versions[-1], versions[steps, envs]]))
         values = self._state_values(observations, normalizer)
         truncation_value = t["truncation_value"].clone()
         truncation_value[steps, envs] = values[K:]
@@ -361,12 +380,16 @@ class PPOLearner:
                 observation [T, K, *O], action [T, K, A], reward/terminated/
                 truncated/log_prob/value/truncation_value [T, K],
                 bootstrap_value [K]; where present env_failed [T, K] (failed
-                steps are left out of the losses) and, for
+                steps are left out of the losses), behaviour_version [T, K]
+                (the version that acted each step, read when
+                ``behaviour_version`` is given: steps of several versions are
+                normalized and corrected each as its own) and, for
                 ``recompute_values``, bootstrap_observation [K, *O],
                 final_observation [R, K, *O] and final_observation_row [T, K];
                 for a recurrent network also initial_state [K, S] and
                 episode_start [T, K].
-            behaviour_version: the weight version that acted (None: the
+            behaviour_version: the weight version that acted (the first, for
+                a batch of several; None: the
                 weights of the last ``weight_arrays()``, or older ones; see
                 ``observation_stats`` and ``lag_correction``).
             progress: env steps trained on before this batch / the run's
@@ -374,7 +397,9 @@ class PPOLearner:
         Returns:
             Scalar statistics averaged over the gradient steps taken, plus
             learning_rate, clip_ratio, gradient_steps, failed_steps (steps
-            of the batch whose env failed, left out of the losses) and, with
+            of the batch whose env failed, left out of the losses), step_lag
+            (with ``behaviour_version`` and the batch's column: this version
+            minus each step's, averaged over the steps) and, with
             ``target_kl``, kl_early_stop (1.0 if the KL budget ended the
             iteration early).
         """
@@ -389,15 +414,22 @@ class PPOLearner:
         # the episodes are cut from them, not from the device.
         host_starts = (torch.as_tensor(np.asarray(batch["episode_start"]))
                        if self.state_size else None)
-        normalizer = self._batch_normalizer(np.asarray(batch["observation"]),
-                                            behaviour_version)
+        # A batch acted by more than one version (Trainer.weights_mid_unroll).
+        host_versions = (np.asarray(batch["behaviour_version"])
+                         if behaviour_version is not None and "behaviour_version" in batch
+                         else None)
+        mixed = host_versions is not None and host_versions.min() != host_versions.max()
+        step_versions = t["behaviour_version"].long() if mixed else None
+        normalizer = self._batch_normalizer(
+            np.asarray(batch["observation"]), behaviour_version, step_versions,
+            np.unique(host_versions).tolist() if mixed else ())
         obs = t["observation"] if normalizer is None else normalizer.normalize(
             t["observation"])  # [T, K, *O]
         layout = self.columns(T, K)
         values, proximal_log_prob, start_states = t["value"], None, None
         ends = t
         # Acted by these weights: pi_prox = mu, and the values are the learner's.
-        current = self._acted_by_current_weights(behaviour_version)
+        current = not mixed and self._acted_by_current_weights(behaviour_version)
         recompute = self.recompute_values and not current
         proximal = self.lag_correction != "none" and not current
         if self.lag_correction != "none" and current:
@@ -424,6 +456,11 @@ class PPOLearner:
                 bootstrap_value, truncation_value = self._recomputed_ends(t, normalizer)
                 ends = {**t, "bootstrap_value": bootstrap_value,
                         "truncation_value": truncation_value}
+            if proximal and mixed and (not self.normalize_observations
+                                       or self.observation_stats == "behaviour"):
+                # the steps acted by these weights: pi_prox = mu exactly
+                proximal_log_prob = torch.where(step_versions == self.iteration,
+                                                t["log_prob"], proximal_log_prob)
         rewards = t["reward"]  # [T, K]
         if self.reward_clip is not None:
             rewards = rewards.clamp(-self.reward_clip, self.reward_clip)
@@ -511,6 +548,9 @@ class PPOLearner:
         stats["skipped_updates"] = float(skipped)
         stats["explained_variance"] = read[len(read) - len(extras)]
         stats["failed_steps"] = float(failed.sum())
+        if host_versions is not None:
+            # versions between the acting weights and these, over the batch's steps
+            stats["step_lag"] = float(self.iteration - host_versions.mean(dtype=np.float64))
         if action_std is not None:
             stats["action_std"] = read[-1]
         stats["gradient_steps"] = float(steps - skipped)

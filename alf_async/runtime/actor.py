@@ -61,6 +61,9 @@ class Actor:
             self.env.wait_for_workers()
             self.version = -1
             self.digest = 0
+            # (version, digest) the current or last unroll started with: its
+            # batch's version (weights loaded during it come later)
+            self.unroll_weights = (-1, 0)
             self._observation = self.env.reset()
             # A recurrent policy's state per env [K, S] (S = 0: feed-forward),
             # and which envs begin an episode at the next step.
@@ -97,6 +100,11 @@ class Actor:
         if self._acting is not None:
             self._acting.reseed(s.policy_seed(self.actor_id, epoch, self.generation))
 
+    @property
+    def acts_itself(self) -> bool:
+        """Whether this actor acts for every step (no acting env workers)."""
+        return self._acting is None
+
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.policy.load_weights(arrays)
         if self._acting is not None:
@@ -110,7 +118,8 @@ class Actor:
         self.digest = weights_digest(arrays)
 
     def unroll(self, out: Dict[str, np.ndarray],
-               on_step: Optional[Callable[[], None]] = None) -> messages.UnrollRecord:
+               on_step: Optional[Callable[[], None]] = None,
+               refresh: Optional[Callable[[], None]] = None) -> messages.UnrollRecord:
         """Fill trajectory arrays ``out`` ([T, K, ...], see runtime.trajectory).
 
         The envs are stepped group by group (``BatchedEnv.splits``: with W >= 1
@@ -130,7 +139,12 @@ class Actor:
         waiting for the envs (with S >= 2, less than their stepping time).
 
         ``on_step`` is called before every group's step is received;
-        ``unroll_steps`` is then the env steps received so far.
+        ``unroll_steps`` is then the env steps received so far. ``refresh``
+        (``Trainer.weights_mid_unroll``) is called before every group acts
+        after the first step and may ``load_weights``: each step's
+        ``behaviour_version`` [T, K] is the version that acted. Acting env
+        workers take no weights during their unroll (``refresh`` is not
+        called): their batch is one version.
 
         A recurrent policy (``state_size`` S > 0) acts with each env's state,
         which is zeroed where an episode ends (terminated, truncated, or the
@@ -138,6 +152,7 @@ class Actor:
         the state each env started it with and ``episode_start`` [T, K] marks
         the steps that begin an episode (the state was zero before them).
         """
+        self.unroll_weights = (self.version, self.digest)
         if self._acting is not None and "next_observation" not in out:
             return self._unroll_in_workers(out, on_step)
         start = time.perf_counter()
@@ -178,6 +193,7 @@ class Actor:
             out["action"][t, envs] = action
             out["log_prob"][t, envs] = log_prob
             out["value"][t, envs] = value
+            out["behaviour_version"][t, envs] = self.version
             timing["inference"] += time.perf_counter() - t0
             env.step_send(group, action)
 
@@ -226,6 +242,8 @@ class Actor:
             obs[envs] = result.observation
             timing["inference"] += time.perf_counter() - t1
             if t < last:
+                if refresh is not None:
+                    refresh()
                 act_and_send(group, t + 1)
         t0 = time.perf_counter()
         out["bootstrap_observation"][:] = obs
@@ -254,6 +272,7 @@ class Actor:
         last = self.settings.unroll_length
         for name in ROLLOUT_COLUMNS:
             out[name][:] = rollout[name][:last]
+        out["behaviour_version"][:] = self.version
         out["final_observation"][:] = rollout["final_observation"]
         self._observation = rollout["observation"][last].copy()
         out["bootstrap_observation"][:] = self._observation
@@ -266,9 +285,12 @@ class Actor:
 
     def batch_message(self, slot: int, wait_s: float,
                       record: messages.UnrollRecord) -> messages.BatchReady:
-        """The ``BatchReady`` announcing this actor's unroll ``record`` in ``slot``."""
-        return messages.BatchReady(self.actor_id, self.generation, slot, self.version,
-                                   self.digest, wait_s, time.monotonic(), record)
+        """The ``BatchReady`` announcing this actor's unroll ``record`` in
+        ``slot``, with the version the unroll started with (the oldest of its
+        steps, ``behaviour_version``)."""
+        version, digest = self.unroll_weights
+        return messages.BatchReady(self.actor_id, self.generation, slot, version,
+                                   digest, wait_s, time.monotonic(), record)
 
     def close(self) -> None:
         try:

@@ -6,7 +6,9 @@ The loop (ALF semantics with ``slots_per_actor = 1``):
 1. wait for a free slot (the learner frees a slot after training on it and
    publishing new weights: ``ReleaseSlot``);
 2. load the newest weights if their version is newer than the ones held;
-3. unroll ``unroll_length`` steps of the batched env into the slot;
+3. unroll ``unroll_length`` steps of the batched env into the slot (with
+   ``Trainer.weights_mid_unroll``, loading weights the learner publishes
+   meanwhile before the next step);
 4. send a ``BatchReady`` message and go to 1.
 """
 
@@ -151,6 +153,14 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
                 conn.send(messages.Heartbeat(actor_id, generation,
                                              actor.unroll_steps if actor else 0))
 
+        refresh = None
+        if launch.settings.weights_mid_unroll:
+            def refresh() -> None:  # newer weights, if the learner published any
+                if actor.acts_itself and store.version > actor.version:
+                    newer = store.read_newer(actor.version, timeout_s=0.0)
+                    if newer is not None:
+                        actor.load_weights(*newer)
+
         while True:
             wait_start = time.perf_counter()
             running, reseed_epoch = _wait_for_slot(conn, free, launch.parent_pid, heartbeat)
@@ -166,7 +176,7 @@ def actor_process_main(launch: ActorLaunch, conn) -> None:
             if newer is not None:
                 actor.load_weights(*newer)
             wait_s = time.perf_counter() - wait_start
-            record = actor.unroll(slots.slot(slot), on_step=heartbeat)
+            record = actor.unroll(slots.slot(slot), on_step=heartbeat, refresh=refresh)
             shorten_failures(record)
             conn.send(actor.batch_message(slot, wait_s, record))
     except (SystemExit, KeyboardInterrupt, EOFError, BrokenPipeError):

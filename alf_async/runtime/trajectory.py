@@ -19,6 +19,9 @@ One trajectory is an unroll of T steps on K envs (time-major):
 | final_observation | [R, K, *O] | O's    | the final observations of env k's first R   |
 |                  |            |         | time-limit truncations in the unroll (rows  |
 |                  |            |         | no truncation fills are 0)                  |
+| behaviour_version | [T, K]   | int32   | the weights version that acted at t (the    |
+|                  |            |         | same for the whole unroll unless            |
+|                  |            |         | ``Trainer.weights_mid_unroll``)             |
 | final_observation_row | [T, K] | int8   | the row of final_observation holding the    |
 |                  |            |         | final observation of step t (truncated, not |
 |                  |            |         | failed, among env k's first R), else -1     |
@@ -39,8 +42,8 @@ observations per env and unroll (``envs.final_observations``), the extra
 observation memory being (1 + R) / T of the observations'. A truncation past
 env k's first R (or a failed step) keeps the actor's truncation value.
 
-The policy version that acted, timings and finished episodes travel in the small
-message that announces the batch (``runtime.messages``).
+The policy version the unroll started with, timings and finished episodes travel
+in the small message that announces the batch (``runtime.messages``).
 
 ``TrajectorySlots`` preallocates S slots of this layout in one shared-memory block;
 slot s of field f is ``slots[f][s]``.
@@ -66,6 +69,7 @@ _FIELDS = {
     "value": ((), "float32"),
     "truncation_value": ((), "float32"),
     "env_failed": ((), "bool"),
+    "behaviour_version": ((), "int32"),
     "final_observation_row": ((), "int8"),
 }
 
