@@ -335,7 +335,12 @@ class PPOLearner:
         """Whether the batch was acted by the weights the learner has now,
         on the inputs it trains on (then pi_prox = mu and V = the actor's values)."""
         return (behaviour_version is not None and int(behaviour_version) == self.iteration
-                and (not self.normalize_observations or self.observation_stats == "behaviour"))
+                and self._trains_on_acting_inputs())
+
+    def _trains_on_acting_inputs(self) -> bool:
+        """Whether the networks see a batch's observations as its actor did
+        (raw, or normalized with the acting version's statistics)."""
+        return not self.normalize_observations or self.observation_stats == "behaviour"
 
     def _state_values(self, observation: torch.Tensor,
                       normalizer: Optional[RunningNormalizer]) -> torch.Tensor:
@@ -456,8 +461,7 @@ class PPOLearner:
                 bootstrap_value, truncation_value = self._recomputed_ends(t, normalizer)
                 ends = {**t, "bootstrap_value": bootstrap_value,
                         "truncation_value": truncation_value}
-            if proximal and mixed and (not self.normalize_observations
-                                       or self.observation_stats == "behaviour"):
+            if proximal and mixed and self._trains_on_acting_inputs():
                 # the steps acted by these weights: pi_prox = mu exactly
                 proximal_log_prob = torch.where(step_versions == self.iteration,
                                                 t["log_prob"], proximal_log_prob)

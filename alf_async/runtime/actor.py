@@ -176,6 +176,7 @@ class Actor:
             if ready_order:
                 call_args[group]["stream"] = group
         out["final_observation"][:] = 0  # rows no truncation fills stay 0
+        out["behaviour_version"][:] = self.version  # per step only with ``refresh``
         if recurrent:
             out["initial_state"][:] = state
             out["episode_start"][0] = self._episode_start
@@ -193,7 +194,8 @@ class Actor:
             out["action"][t, envs] = action
             out["log_prob"][t, envs] = log_prob
             out["value"][t, envs] = value
-            out["behaviour_version"][t, envs] = self.version
+            if refresh is not None:  # the version may change between steps
+                out["behaviour_version"][t, envs] = self.version
             timing["inference"] += time.perf_counter() - t0
             env.step_send(group, action)
 
