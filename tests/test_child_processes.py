@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -154,3 +155,60 @@ def test_a_child_runs_blas_on_one_thread(tmp_path, context):
                      out.read_text().split("\n")[:2])
     assert before, "numpy's BLAS was not found in the child"
     assert after == ["1"] * len(before)
+
+
+def _blocked_on_a_pipe(native_thread_id: int) -> bool:
+    """Whether a thread of this process sleeps in a pipe read (the kernel
+    function it waits in, /proc/self/task/<tid>/wchan)."""
+    with open(f"/proc/self/task/{native_thread_id}/wchan", encoding="ascii") as f:
+        return "pipe_read" in f.read()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
+def test_a_child_starts_when_the_forkserver_dies_during_the_request(tmp_path):
+    """The real fault: the forkserver is killed while a child is being asked
+    of it (the request sent, its reply awaited). multiprocessing then raises
+    EOFError; start_child waits for the dead server, has a new one started and
+    asks again."""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    ctx = torch_child_context()
+    forkserver.ensure_running()
+    server = forkserver._forkserver._forkserver_pid
+    out = tmp_path / "child.txt"
+    asking, children, failed = threading.Event(), [], []
+    thread_id = []
+
+    def ask() -> None:
+        thread_id.append(threading.get_native_id())
+        asking.set()
+        try:
+            children.append(start_child(ctx, _report, (str(out), os.getpid()),
+                                        name="alf_async-test-child"))
+        except BaseException as error:  # reported to the test below
+            failed.append(error)
+
+    os.kill(server, signal.SIGSTOP)  # the request waits in the server's socket
+    thread = threading.Thread(target=ask)
+    try:
+        thread.start()
+        assert asking.wait(60)
+        # The request is sent once the asking thread waits for the reply (the
+        # child's pid) on a pipe: the event this waits for, read from the kernel.
+        deadline = time.monotonic() + 60
+        while (thread.is_alive() and not _blocked_on_a_pipe(thread_id[0])
+               and time.monotonic() < deadline):
+            time.sleep(0.001)
+        assert _blocked_on_a_pipe(thread_id[0])
+    finally:
+        os.kill(server, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive()
+    assert not failed, failed
+    child = children[0]
+    child.join(60)
+    assert child.exitcode == 0
+    assert forkserver._forkserver._forkserver_pid != server  # a new server forked it
+    assert out.read_text().splitlines()[1] == "True"  # its parent is that server

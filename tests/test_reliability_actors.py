@@ -66,6 +66,30 @@ def test_sigkilled_actor_is_restarted_and_the_run_completes(tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_a_killed_forkserver_takes_its_actors_and_the_run_restarts_them(tmp_path):
+    """multiprocessing's forkserver, the parent of every actor, SIGKILLed: the
+    actors die with it (their parent's death signal), and the trainer restarts
+    them through a new server; the run reaches its budget and leaves nothing."""
+    root = str(tmp_path / "run")
+    iterations = 12
+    with TrainRun(root, small_params("Trainer.num_actors=2", iterations=iterations)) as run:
+        run.wait_for_iteration(2)
+        actors = run.wait_for(lambda: run.actors(), 60, "actor processes")
+        servers = {a.ppid() for a in actors} - {run.pid}
+        assert len(servers) == 1, servers  # the actors' parent: the forkserver
+        server = servers.pop()
+        os.kill(server, signal.SIGKILL)
+        rc = run.wait(180)
+        run.assert_clean()
+        out = run.output()
+    assert rc == 0, out[-3000:]
+    assert "restarting actor 0" in out and "restarting actor 1" in out, out[-3000:]
+    rows = run.metrics()
+    assert rows[-1]["iteration"] == iterations
+    assert rows[-1]["actor_restarts"] == 2
+
+
+@pytest.mark.timeout(240)
 def test_a_killed_actors_shared_memory_goes_when_it_is_restarted(tmp_path):
     """The blocks a SIGKILLed actor owned (the step buffers it shares with its
     env worker) are removed when the trainer restarts it, not when the run ends

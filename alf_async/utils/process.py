@@ -40,12 +40,15 @@ from __future__ import annotations
 import atexit
 import ctypes
 import ctypes.util
+import logging
 import multiprocessing as mp
 import os
 import signal
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+logger = logging.getLogger("alf_async")
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
@@ -224,10 +227,7 @@ def _end_forkserver() -> None:
     """Kill the forkserver at this process's exit. Every child forked from it has
     been stopped by then (the pools' and loops' ``close``); on its own the server
     would only end once its imports are done, seconds after a quick exit."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    pid = getattr(server, "_forkserver_pid", None)  # no public accessor in 3.10-3.13
+    pid = _forkserver_pid()
     if pid is None:
         return
     try:
@@ -248,11 +248,53 @@ def start_child(ctx: mp.context.BaseContext, target: Callable[..., Any],
                 args: Sequence[Any], name: str) -> mp.process.BaseProcess:
     """Start ``target(*args)`` in a child process of ``ctx`` (not a daemon: it
     may start env workers) that sees this process's environment variables as
-    they are now."""
-    process = ctx.Process(target=_child_main, args=(dict(os.environ), target, tuple(args)),
-                          name=name, daemon=False)
-    process.start()
-    return process
+    they are now.
+
+    A forkserver that dies while it is asked for the child (killed, or out of
+    memory: the request then reads an end of file) is replaced once: this waits
+    until the dead server has exited, so that multiprocessing starts a new one,
+    and asks again. A second failure is raised, naming the child and the
+    server."""
+    for attempt in (1, 2):
+        process = ctx.Process(target=_child_main, args=(dict(os.environ), target, tuple(args)),
+                              name=name, daemon=False)
+        try:
+            process.start()
+            return process
+        except (EOFError, ConnectionError) as error:
+            if ctx.get_start_method() != "forkserver":
+                raise
+            server_pid = _forkserver_pid()
+            if attempt == 2 or not _wait_exited(server_pid, timeout_s=10.0):
+                raise RuntimeError(
+                    f"could not start {name}: multiprocessing's forkserver (pid {server_pid}) "
+                    f"broke off the request ({type(error).__name__}: {error})") from error
+            logger.warning("the forkserver (pid %s) died while starting %s; starting it again",
+                           server_pid, name)
+    raise AssertionError("unreachable")
+
+
+def _forkserver_pid() -> Optional[int]:
+    """The pid of this process's forkserver (None before it was started)."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # no public accessor
+
+
+def _wait_exited(pid: Optional[int], timeout_s: float) -> bool:
+    """Wait until process ``pid`` has exited (gone, or a zombie not yet reaped);
+    whether it did within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while pid is not None:
+        try:
+            if _proc_stat(pid)[0] in (b"Z", b"X"):
+                return True
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def stop_processes(processes: Iterable[mp.process.BaseProcess],
