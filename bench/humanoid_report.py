@@ -4,9 +4,16 @@ figures (no training here).
 
 The score is ALF's "training score": the mean return of the last 100
 training episodes, each metrics row's ``episode_return`` (the console's
-``return``). Per run: the env steps and training wall time (metrics
-``wall_time``: seconds of the training loop, summed over resumes, start-up
-excluded) to the first row at or above each of THRESHOLDS; T (mean seconds
+``return``), averaged over the last ``score_rows`` rows (default SCORE_ROWS;
+``score_curve``). The average is needed because one row's window of 100
+episodes is shorter than an iteration here (about 170 humanoid episodes end in
+each iteration of 2 x 96 envs) and the episodes of an actor's envs start in
+step (every env is reset when a run starts or resumes), so consecutive rows
+swing by several hundred (755, 1616, 727 within four iterations at 14.6-14.9M
+env steps): a single row crossing a threshold marks a swing, not a level.
+Per run: the env steps and training wall time (metrics ``wall_time``: seconds
+of the training loop, summed over resumes, start-up excluded) to the first
+row whose score is at or above each of THRESHOLDS; T (mean seconds
 between two training iterations) and EPS = K / T over the steady rows of each
 session (``benchlib.steady_rows_per_session``, then
 ``benchlib.summarize_timing``), as ALF defines them; env steps/s overall
@@ -65,26 +72,50 @@ ALF_ROWS = (
 )
 
 
-def run_figures(rows: Sequence[Any], warmup: Optional[int] = None) -> Dict[str, Any]:
+#: Metrics rows a run's training score averages by default: about 250k env
+#: steps and 1,000 episodes of the shipped humanoid pair.
+SCORE_ROWS = 5
+
+
+def score_curve(curve: Sequence[Sequence[float]], score_rows: int) -> List[List[float]]:
+    """[env steps, wall s, score] per point of ``curve`` ([env steps, wall s,
+    training return] per metrics row with a return): the mean training return
+    of this point and the ``score_rows - 1`` points before it (of every point
+    so far, at the start)."""
+    if score_rows < 1:
+        raise ValueError(f"score_rows must be >= 1, got {score_rows}")
+    scores = []
+    for i, (steps, wall, _) in enumerate(curve):
+        window = curve[max(0, i - score_rows + 1):i + 1]
+        scores.append([steps, wall, sum(p[2] for p in window) / len(window)])
+    return scores
+
+
+def run_figures(rows: Sequence[Any], warmup: Optional[int] = None,
+                score_rows: int = SCORE_ROWS) -> Dict[str, Any]:
     """The figures of one run (finished or not) from its metrics rows
     (``benchlib.read_metrics``); ``warmup``: iterations left out of T and EPS
-    at the start of each session (default: the run's N).
+    at the start of each session (default: the run's N); ``score_rows``: rows
+    the training score averages (``score_curve``).
 
     Keys: training ([env steps, wall s, training return] per row with a
-    return), steps_to_<t> and wall_s_to_<t> per threshold (None where not
-    reached), T (s), EPS (envs/s), steady_env_steps_per_s, lag_mean,
-    steady_iterations, env_steps_per_s (overall), total_env_steps,
-    total_wall_s, iterations, sessions (starts and resumes), num_envs,
-    num_actors, unroll_length, final_return, best_return.
+    return), score (the same with the score), score_rows, steps_to_<t> and
+    wall_s_to_<t> per threshold of the score (None where not reached), T (s),
+    EPS (envs/s), steady_env_steps_per_s, lag_mean, steady_iterations,
+    env_steps_per_s (overall), total_env_steps, total_wall_s, iterations,
+    sessions (starts and resumes), num_envs, num_actors, unroll_length,
+    final_return and best_return (of single rows), final_score.
     """
     if not rows:
-        return {"training": [], "total_env_steps": 0, "total_wall_s": 0.0, "iterations": 0,
+        return {"training": [], "score": [], "score_rows": score_rows, "total_env_steps": 0,
+                "total_wall_s": 0.0, "iterations": 0,
                 **{f"{kind}_to_{t}": None for t in THRESHOLDS for kind in ("steps", "wall_s")}}
     last = rows[-1]
     curve = [list(point) for point in return_curve(rows)]
-    figures: Dict[str, Any] = {"training": curve}
+    scores = score_curve(curve, score_rows)
+    figures: Dict[str, Any] = {"training": curve, "score": scores, "score_rows": score_rows}
     for t in THRESHOLDS:
-        hit = first_at_or_above(curve, t)
+        hit = first_at_or_above(scores, t)
         figures[f"steps_to_{t}"] = hit[0] if hit else None
         figures[f"wall_s_to_{t}"] = hit[1] if hit else None
     warmup = int(last["num_actors"]) if warmup is None else warmup
@@ -100,7 +131,8 @@ def run_figures(rows: Sequence[Any], warmup: Optional[int] = None) -> Dict[str, 
         num_envs=int(last["num_envs"]), num_actors=int(last["num_actors"]),
         unroll_length=int(last["unroll_length"]),
         final_return=curve[-1][2] if curve else None,
-        best_return=max(p[2] for p in curve) if curve else None)
+        best_return=max(p[2] for p in curve) if curve else None,
+        final_score=scores[-1][2] if scores else None)
     return figures
 
 
@@ -114,7 +146,8 @@ def seed_ratios(runs: Sequence[Dict[str, Any]]) -> Dict[int, Dict[str, Union[Non
     for seed in sorted({seed for _, seed in by_run}):
         if ("sync", seed) in by_run and ("async", seed) in by_run:
             sync, async_ = by_run[("sync", seed)], by_run[("async", seed)]
-            ratios[seed] = {str(t): threshold_ratio(sync["training"], async_["training"], t)
+            ratios[seed] = {str(t): threshold_ratio(sync.get("score") or sync["training"],
+                                                    async_.get("score") or async_["training"], t)
                             for t in THRESHOLDS}
     return ratios
 
@@ -217,9 +250,12 @@ def threshold_table(runs: Sequence[Dict[str, Any]]) -> str:
         lines.append(f"| {_run_label(r)} | " + " | ".join(
             _reach(r.get(f"steps_to_{t}"), r.get(f"wall_s_to_{t}")) for t in THRESHOLDS)
             + f" | {_num(r.get('final_return'), '.0f')} | {evaluated} | {status(r)} |")
-    lines += ["", "To X: env steps and training time at the first row whose training return "
-              "(mean of the last 100 episodes) is >= X; -: not (yet) reached. Eval: the "
-              "play command's mean action on the final checkpoint, mean +- std over episodes."]
+    rows = sorted({r.get("score_rows", 1) for r in runs})
+    lines += ["", "To X: env steps and training time at the first row whose training score "
+              "(the training return, the mean of the last 100 episodes, averaged over the last "
+              f"{'/'.join(map(str, rows))} metrics rows) is >= X; -: not (yet) reached. Training "
+              "return: the last row's. Eval: the play command's mean action on the final "
+              "checkpoint, mean +- std over episodes."]
     return "\n".join(lines)
 
 
@@ -244,8 +280,9 @@ def ratio_table(runs: Sequence[Dict[str, Any]]) -> str:
 
 
 def plot(runs: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
-    """humanoid_suite.png: training return against env steps and against
-    training wall time, one line per run, ALF's points at 2000 marked."""
+    """humanoid_suite.png: training return (thin) and training score (thick)
+    against env steps and against training wall time, one colour per run,
+    ALF's points at 2000 marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -254,11 +291,14 @@ def plot(runs: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
     os.makedirs(plot_dir, exist_ok=True)
     fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
     for r in runs:
-        points = r["training"]
+        points, scores = r["training"], r.get("score") or r["training"]
         style = "-" if r["mode"] == "sync" else "--"
         label = _run_label(r) + (" (in progress)" if r.get("in_progress") else "")
-        by_steps.plot([p[0] / 1e6 for p in points], [p[2] for p in points], style, label=label)
-        by_time.plot([p[1] / 3600 for p in points], [p[2] for p in points], style, label=label)
+        for axis, x, scale in ((by_steps, 0, 1e6), (by_time, 1, 3600)):
+            line, = axis.plot([p[x] / scale for p in points], [p[2] for p in points], style,
+                              linewidth=0.5, alpha=0.5)
+            axis.plot([p[x] / scale for p in scores], [p[2] for p in scores], style,
+                      color=line.get_color(), linewidth=1.5, label=label)
     for a in ALF_ROWS:
         marker = "o" if a.mode == "sync" else "^"
         by_steps.plot([a.steps_to_2000 / 1e6], [ALF_SCORE], marker, label=a.label)
@@ -266,7 +306,7 @@ def plot(runs: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
     for axis, xlabel in ((by_steps, "env steps (M)"), (by_time, "training wall time (h)")):
         axis.axhline(ALF_SCORE, color="grey", linestyle=":")
         axis.set_xlabel(xlabel)
-        axis.set_ylabel("training return (mean of last 100 episodes)")
+        axis.set_ylabel("training return (last 100 episodes); score")
         axis.grid(alpha=0.3)
     by_steps.legend(fontsize=7)
     fig.suptitle(f"{ENV_ID}: alf_async against ALF's async guide")
@@ -286,7 +326,8 @@ def report(runs: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None) -> Di
         if table:
             print(table + "\n", file=sys.stderr)
     return {"alf": [{**asdict(a), "label": a.label} for a in ALF_ROWS],
-            "runs": [{k: v for k, v in r.items() if k != "training"} for r in runs],
+            "runs": [{k: v for k, v in r.items() if k not in ("training", "score")}
+                     for r in runs],
             "mode_medians": mode_medians(runs),
             "seed_ratios": {str(seed): cells for seed, cells in seed_ratios(runs).items()},
             "figures": plot(runs, plot_dir) if plot_dir else []}

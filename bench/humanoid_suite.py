@@ -8,7 +8,10 @@ both modes of seed 0 before seed 1, so that a study cut short has whole seeds),
 one run at a time (wall times are compared).
 
 The score is ALF's "training score": the mean return of the last 100 training
-episodes, each metrics row's ``episode_return`` (the console's ``return``). A run
+episodes, each metrics row's ``episode_return`` (the console's ``return``),
+averaged over the last ``--score_rows`` rows (default 5: one row's 100 episodes
+are less than an iteration's, and they swing by hundreds from row to row;
+bench/humanoid_report.py says why). A run
 ends when that first reaches ``--stop_score`` (default 2000): the bench, which
 reads the run's metrics.jsonl every ``--poll_s`` seconds while it trains, sends
 the trainer SIGTERM, the library's clean stop (a final checkpoint, exit 143);
@@ -69,7 +72,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from alf_async.reporting.run_metrics import finite
 from bench import benchlib
-from bench.humanoid_report import ENV_ID, MODES, report, run_figures
+from bench.humanoid_report import (ENV_ID, MODES, SCORE_ROWS, report, run_figures,
+                                   score_curve)
 
 logger = logging.getLogger("bench")
 RUN_NAME = re.compile(r"^humanoid_(sync|async)_s(\d+)$")
@@ -92,8 +96,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="a run's budget in env steps (Trainer.num_env_steps; default 50M, "
                         "the shipped files' budget)")
     p.add_argument("--stop_score", type=float, default=2000.0,
-                   help="stop a run when its training return (mean of the last 100 "
-                        "episodes) first reaches this (default 2000, ALF's 2k score)")
+                   help="stop a run when its training score (the training return, mean of "
+                        "the last 100 episodes, averaged over --score_rows rows) first "
+                        "reaches this (default 2000, ALF's 2k score)")
+    p.add_argument("--score_rows", type=int, default=SCORE_ROWS,
+                   help=f"metrics rows the training score averages (default {SCORE_ROWS}; "
+                        "1: the last row's return alone)")
     p.add_argument("--eval_episodes", type=int, default=10,
                    help="episodes of the final evaluation (the play command; default 10)")
     p.add_argument("--results", default="humanoid_suite.jsonl",
@@ -121,19 +129,23 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args.seeds = benchlib.parse_int_list(args.seeds)
     if args.eval_episodes < 1:
         p.error("--eval_episodes must be >= 1")
+    if args.score_rows < 1:
+        p.error(f"--score_rows must be >= 1, got {args.score_rows}")
     return args
 
 
-def reached(rows: Sequence[Any], score: float) -> bool:
-    """Whether a metrics row's training return is >= ``score``."""
-    returns = (finite(r.get("episode_return")) for r in rows)
-    return any(value is not None and value >= score for value in returns)
+def reached(rows: Sequence[Any], score: float, score_rows: int = 1) -> bool:
+    """Whether the training score (``score_curve`` of the rows' returns over
+    ``score_rows`` rows) is >= ``score`` at some row."""
+    curve = [(0, 0.0, value) for value in (finite(r.get("episode_return")) for r in rows)
+             if value is not None]
+    return any(point[2] >= score for point in score_curve(curve, score_rows))
 
 
 def finished_by(rows: Sequence[Any], args: argparse.Namespace) -> Optional[str]:
     """"score" (``--stop_score`` reached), "budget" (``--max_env_steps``
     reached) or None (the run goes on)."""
-    if reached(rows, args.stop_score):
+    if reached(rows, args.stop_score, args.score_rows):
         return "score"
     if rows and int(rows[-1]["env_steps"]) >= args.max_env_steps:
         return "budget"
@@ -178,7 +190,8 @@ def one_run(mode: str, seed: int, args: argparse.Namespace, deadline: Optional[f
         # The gin file only for a new run: a resumed one reads its saved config.gin.
         files = [] if os.path.isfile(os.path.join(path, "config.gin")) else [gin_file(mode)]
         status = benchlib.run_train(files, run_params(seed, args), path, timeout_s=left,
-                                    stop_when=lambda rows: reached(rows, args.stop_score),
+                                    stop_when=lambda rows: reached(rows, args.stop_score,
+                                                                   args.score_rows),
                                     poll_s=args.poll_s)
         trainer_exit = status["returncode"]
         rows = benchlib.read_metrics(metrics)
@@ -194,21 +207,25 @@ def one_run(mode: str, seed: int, args: argparse.Namespace, deadline: Optional[f
             "stopped_by": stopped_by, "trainer_exit": trainer_exit,
             "gin_file": gin_file(mode), "gin_params": run_params(seed, args),
             "max_env_steps": args.max_env_steps, "stop_score": args.stop_score,
-            "eval_episodes": args.eval_episodes, **run_figures(rows),
+            "eval_episodes": args.eval_episodes,
+            **run_figures(rows, score_rows=args.score_rows),
             **evaluation(path, rows, args.eval_episodes), **benchlib.machine_info()}
 
 
 def is_done(results: Sequence[Dict[str, Any]], mode: str, seed: int,
             args: argparse.Namespace) -> bool:
-    """Whether ``results`` holds this run with this budget and stop score."""
+    """Whether ``results`` holds this run with this budget and stop score (over
+    as many rows)."""
     return any(r["mode"] == mode and r["seed"] == seed
                and r.get("max_env_steps") == args.max_env_steps
-               and r.get("stop_score") == args.stop_score for r in results)
+               and r.get("stop_score") == args.stop_score
+               and r.get("score_rows", 1) == args.score_rows for r in results)
 
 
-def in_progress(root_dir: str, finished: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def in_progress(root_dir: str, finished: Sequence[Dict[str, Any]],
+                score_rows: int = SCORE_ROWS) -> List[Dict[str, Any]]:
     """The runs under ``root_dir`` with metrics but no line in ``finished``,
-    read as they stand."""
+    read as they stand (their score over ``score_rows`` rows)."""
     done = {(r["mode"], r["seed"]) for r in finished}
     runs = []
     root = os.path.abspath(root_dir)
@@ -219,7 +236,7 @@ def in_progress(root_dir: str, finished: Sequence[Dict[str, Any]]) -> List[Dict[
         rows = benchlib.read_metrics(os.path.join(root, name, "metrics.jsonl"))
         if rows:
             runs.append({"env": ENV_ID, "mode": match.group(1), "seed": int(match.group(2)),
-                         "in_progress": True, **run_figures(rows)})
+                         "in_progress": True, **run_figures(rows, score_rows=score_rows)})
     return runs
 
 
@@ -255,11 +272,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.table:
         train_all(args)
     finished = benchlib.read_jsonl(args.results)
-    runs = ordered(finished + in_progress(args.root_dir, finished))
+    runs = ordered(finished + in_progress(args.root_dir, finished, args.score_rows))
     benchlib.emit({"bench": "humanoid_suite", "env": ENV_ID,
                    "results": os.path.abspath(args.results),
                    "root_dir": os.path.abspath(args.root_dir), "stop_score": args.stop_score,
-                   "max_env_steps": args.max_env_steps, **report(runs, args.plot_dir),
+                   "score_rows": args.score_rows, "max_env_steps": args.max_env_steps, **report(runs, args.plot_dir),
                    **benchlib.machine_info()})
     return 0
 

@@ -47,7 +47,7 @@ def test_thresholds_timing_and_speed_of_a_run_resumed_once():
     # session 1: iterations 1-4 (the first pays the start-up); session 2: 5-7
     rows = _rows([None, 300.0, 600.0, 1200.0, 1100.0, 1600.0, 2100.0],
                  [30.0, 20.0, 20.0, 20.0, 40.0, 20.0, 20.0], starts=(1, 5))
-    figures = report.run_figures(rows)
+    figures = report.run_figures(rows, score_rows=1)
     per_iteration = K * UNROLL
     assert (figures["steps_to_500"], figures["wall_s_to_500"]) == (3 * per_iteration, 70.0)
     assert (figures["steps_to_1000"], figures["wall_s_to_1000"]) == (4 * per_iteration, 90.0)
@@ -124,7 +124,8 @@ def test_alf_rows_beside_ours_with_medians_over_seeds():
 
 
 def test_finished_by_score_or_budget_never_by_a_missing_return():
-    args = suite.parse_args(["--stop_score", "-100", "--max_env_steps", "1000"])
+    args = suite.parse_args(["--stop_score", "-100", "--max_env_steps", "1000",
+                             "--score_rows", "1"])
     assert suite.finished_by([], args) is None
     assert suite.finished_by([{"episode_return": None, "env_steps": 500}], args) is None
     assert suite.finished_by([{"episode_return": float("nan"), "env_steps": 500}],
@@ -134,6 +135,27 @@ def test_finished_by_score_or_budget_never_by_a_missing_return():
     assert suite.finished_by([{"episode_return": -200.0, "env_steps": 1000}],
                              args) == "budget"
     assert suite.reached([{"episode_return": 0.0}], 0.0)  # a return of 0 is a return
+
+
+def test_the_score_averages_rows_so_that_one_swing_reaches_no_threshold():
+    """The humanoid's rows swing by hundreds (one row's 100 episodes are less
+    than an iteration's): the score, over 5 rows by default, reads the level."""
+    returns = [700.0, 1600.0, 700.0, 1000.0, 1500.0]
+    rows = _rows(returns, [20.0] * 5)
+    assert [p[2] for p in report.score_curve(report.return_curve(rows), 5)] == [
+        700.0, 1150.0, 1000.0, 1000.0, 1100.0]
+    figures = report.run_figures(rows)
+    assert figures["score_rows"] == 5 and figures["final_score"] == 1100.0
+    assert figures["steps_to_1000"] == 2 * K * UNROLL and figures["steps_to_1500"] is None
+    assert figures["final_return"] == 1500.0  # the last row's, as the console shows it
+    assert report.run_figures(rows, score_rows=1)["steps_to_1500"] == 2 * K * UNROLL
+    # the bench stops a run on the score, not on a row
+    args = suite.parse_args(["--stop_score", "1500"])
+    assert args.score_rows == 5 and suite.finished_by(rows[:2], args) is None
+    assert suite.finished_by(rows[:2], suite.parse_args(["--stop_score", "1500",
+                                                         "--score_rows", "1"])) == "score"
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--score_rows", "0"])
 
 
 def _write_run(root, name: str, rows: List[Dict]) -> None:
@@ -167,7 +189,9 @@ def test_table_reports_results_and_runs_in_progress_without_training(tmp_path):
     assert set(runs) == {("sync", 0), ("async", 0)}  # the finished sync run, from results
     assert runs[("sync", 0)]["in_progress"] is False and runs[("sync", 0)]["eval_return"] == 2100
     assert runs[("async", 0)]["in_progress"] is True
-    assert runs[("async", 0)]["steps_to_1000"] == 2 * K * UNROLL
+    # its score over 5 rows: 100, 600, 800 (its rows' returns 100, 1100, 1200)
+    assert runs[("async", 0)]["steps_to_500"] == 2 * K * UNROLL
+    assert runs[("async", 0)]["steps_to_1000"] is None
     assert runs[("async", 0)]["total_env_steps"] == 3 * K * UNROLL
     assert line["seed_ratios"]["0"]["500"] == [2 * K * UNROLL / 1e6, 14.0 / 100.0]
     assert line["figures"] == [str(tmp_path / "plots" / "humanoid_suite.png")]
