@@ -6,9 +6,10 @@ The score is ALF's "training score": the mean return of the last 100
 training episodes, each metrics row's ``episode_return`` (the console's
 ``return``), averaged over the last ``score_rows`` rows (default SCORE_ROWS;
 ``score_curve``). The average is needed because one row's window of 100
-episodes is shorter than an iteration here (about 170 humanoid episodes end in
-each iteration of 2 x 96 envs) and the episodes of an actor's envs start in
-step (every env is reset when a run starts or resumes), so consecutive rows
+episodes spans only one or two rows here (30-90 humanoid episodes end in each
+row, one actor's 96 x 512 env steps, at 14-23M env steps) and the episodes of
+an actor's envs run in step (every env is reset together when a run starts or
+resumes), so their 1000-step time limits fall in bursts and consecutive rows
 swing by several hundred (755, 1616, 727 within four iterations at 14.6-14.9M
 env steps): a single row crossing a threshold marks a swing, not a level.
 Per run: the env steps and training wall time (metrics ``wall_time``: seconds

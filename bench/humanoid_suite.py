@@ -9,9 +9,8 @@ one run at a time (wall times are compared).
 
 The score is ALF's "training score": the mean return of the last 100 training
 episodes, each metrics row's ``episode_return`` (the console's ``return``),
-averaged over the last ``--score_rows`` rows (default 5: one row's 100 episodes
-are less than an iteration's, and they swing by hundreds from row to row;
-bench/humanoid_report.py says why). A run
+averaged over the last ``--score_rows`` rows (default 5: one row's return
+swings by hundreds from row to row; bench/humanoid_report.py says why). A run
 ends when that first reaches ``--stop_score`` (default 2000): the bench, which
 reads the run's metrics.jsonl every ``--poll_s`` seconds while it trains, sends
 the trainer SIGTERM, the library's clean stop (a final checkpoint, exit 143);
