@@ -137,6 +137,12 @@ def run_figures(rows: Sequence[Any], warmup: Optional[int] = None,
     return figures
 
 
+def _scores(run: Dict[str, Any]) -> List[List[float]]:
+    """A run's score curve; its training-return curve for a result line
+    written before the score existed (a score over one row)."""
+    return run.get("score") or run["training"]
+
+
 def seed_ratios(runs: Sequence[Dict[str, Any]]) -> Dict[int, Dict[str, Union[None, str, tuple]]]:
     """seed -> threshold -> (async / sync env steps, async / sync training
     seconds) to it, for the seeds with a run in both modes (finished or not);
@@ -147,8 +153,7 @@ def seed_ratios(runs: Sequence[Dict[str, Any]]) -> Dict[int, Dict[str, Union[Non
     for seed in sorted({seed for _, seed in by_run}):
         if ("sync", seed) in by_run and ("async", seed) in by_run:
             sync, async_ = by_run[("sync", seed)], by_run[("async", seed)]
-            ratios[seed] = {str(t): threshold_ratio(sync.get("score") or sync["training"],
-                                                    async_.get("score") or async_["training"], t)
+            ratios[seed] = {str(t): threshold_ratio(_scores(sync), _scores(async_), t)
                             for t in THRESHOLDS}
     return ratios
 
@@ -292,7 +297,7 @@ def plot(runs: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
     os.makedirs(plot_dir, exist_ok=True)
     fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
     for r in runs:
-        points, scores = r["training"], r.get("score") or r["training"]
+        points, scores = r["training"], _scores(r)
         style = "-" if r["mode"] == "sync" else "--"
         label = _run_label(r) + (" (in progress)" if r.get("in_progress") else "")
         for axis, x, scale in ((by_steps, 0, 1e6), (by_time, 1, 3600)):
