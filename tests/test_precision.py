@@ -184,6 +184,76 @@ def test_a_bf16_sync_loop_keeps_the_first_minibatch_ratio_near_one(clear_gin, mo
     assert float(first.log_ratios[-1].abs().max()) > 1e-6
 
 
+def _bf16_weights(learner: PPOLearner, seed: int) -> Dict[str, np.ndarray]:
+    """The learner's published bf16 weights with every parameter redrawn
+    (seeded), so that two loads differ everywhere."""
+    rng = np.random.default_rng(seed)
+    arrays = learner.weight_arrays()
+    for name, value in arrays.items():
+        if name.startswith("param/"):
+            arrays[name] = (0.1 * rng.standard_normal(value.shape)).astype(value.dtype)
+    return arrays
+
+
+@pytest.mark.parametrize("kind", ["conv", "mlp", "gsde", "lstm"])
+def test_bf16_acting_layers_give_what_autocast_of_the_float32_model_gives(clear_gin, kind):
+    """Under bf16 a policy acts through a copy whose linear and conv layers
+    hold bfloat16 weights, rounded once a weight load (``Bf16Inference``),
+    not at every step: its actions, log-probabilities and values equal, bit
+    for bit, those of the float32 model under the same autocast, also after a
+    second load (the copy follows the new weights)."""
+    if kind == "conv":
+        observation, actions = FRAME, THREE_CHOICES
+        gin.bind_parameter("ImageEncoder.architecture", "small")
+    else:
+        observation, actions = VECTOR, CONTINUOUS
+        gin.bind_parameter("ActorNetwork.hidden_sizes", (64, 64))
+    if kind == "gsde":
+        gin.bind_parameter("ActorNetwork.exploration", "state_dependent")
+    if kind == "lstm":
+        gin.bind_parameter("ActorCritic.rnn", "lstm")
+    learner = PPOLearner(observation, actions, seed=3, precision="bf16")
+    rng = np.random.default_rng(0)
+    frames = (rng.integers(0, 256, (8, *observation.shape)) if observation.dtype == "uint8"
+              else rng.standard_normal((8, *observation.shape))).astype(observation.dtype)
+    policy, reference = (NeuralPolicy(observation, actions, seed=5) for _ in range(2))
+    reference._inference_model = lambda: reference.model  # autocast casts per call
+    for load in range(2):
+        arrays = _bf16_weights(learner, seed=load)
+        policy.load_weights(arrays)
+        reference.load_weights(arrays)
+        layers = [m for m in policy._inference_model().modules()
+                  if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+        assert layers and all(m.weight.dtype == torch.bfloat16 for m in layers)
+        assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+        state = (None if policy.state_size == 0
+                 else rng.standard_normal((8, policy.state_size)).astype(np.float32))
+        env_ids = np.arange(8)
+        got = policy.act(frames, state=state, env_ids=env_ids)
+        want = reference.act(frames, state=state, env_ids=env_ids)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(policy.value(frames, state), reference.value(frames, state))
+        if load == 1:
+            assert not np.array_equal(got[1], first_log_prob)
+        first_log_prob = got[1]
+
+
+def test_bf16_sac_actor_acts_as_autocast_of_the_float32_actor(clear_gin):
+    learner = SACLearner(VECTOR, CONTINUOUS, precision="bf16")
+    arrays = learner.weight_arrays()
+    policy, reference = SACPolicy(VECTOR, CONTINUOUS, seed=2), SACPolicy(VECTOR, CONTINUOUS,
+                                                                       seed=2)
+    for p in (policy, reference):
+        p.load_weights(arrays)
+        p.uniform = False  # past the warm-up: the actor network acts
+    reference._bf16.copy = reference.actor  # autocast casts per call
+    assert policy._bf16.copy is not policy.actor
+    obs = np.random.default_rng(1).standard_normal((8, 6)).astype(np.float32)
+    for a, b in zip(policy.act(obs), reference.act(obs)):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- checkpoints --------------------------------------------------------------------
 def _through_bytes(state: Dict) -> Dict:
     buffer = io.BytesIO()

@@ -24,7 +24,7 @@ from alf_async.envs.spaces import ActionSpec, ObservationSpec, as_observation_sp
 from alf_async.networks import ActorCritic
 from alf_async.networks.numpy_inference import NumpyActorCritic
 from alf_async.runtime.weight_store import unpack_weights
-from alf_async.utils.precision import compute_context, published_bf16
+from alf_async.utils.precision import Bf16Inference, compute_context, published_bf16
 
 
 @gin.configurable
@@ -64,7 +64,9 @@ class NeuralPolicy:
     log-probabilities and values come from the computation the learner runs
     for the same weights and observations. Under "bf16" it acts with torch
     (bfloat16 autocast) whatever ``numpy_inference`` says, and has no numpy
-    copy for acting env workers.
+    copy for acting env workers; its linear and convolution layers then hold
+    bfloat16 weights, rounded once per weight load rather than at every step
+    (``utils.precision.Bf16Inference``: the same numbers).
     """
 
     def __init__(self, observation: Union[ObservationSpec, int],
@@ -87,13 +89,23 @@ class NeuralPolicy:
         self.numpy_inference = bool(numpy_inference)
         self.bf16 = False  # the published precision (float32 until weights say)
         self._numpy: Optional[NumpyActorCritic] = None
+        self._bf16: Optional[Bf16Inference] = None
         self._snapshot()
 
     def _snapshot(self) -> None:
-        """Copy the model's weights for numpy inference (where it applies:
-        float32 only)."""
+        """Copy the model's weights for inference: numpy (float32, where it
+        applies) or bfloat16 layers (under bf16)."""
         self._numpy = (NumpyActorCritic.of(self.model)
                        if self.numpy_inference and not self.bf16 else None)
+        if self.bf16:
+            if self._bf16 is None:
+                self._bf16 = Bf16Inference(self.model)
+            self._bf16.refresh()
+
+    def _inference_model(self) -> ActorCritic:
+        """The network act and value run: under bf16 its copy with bfloat16
+        layers, else the model."""
+        return self._bf16.copy if self.bf16 else self.model
 
     def _compute(self):
         """The context the network's inference runs in (the published precision)."""
@@ -156,10 +168,10 @@ class NeuralPolicy:
             return self._numpy.act(self._numpy_obs(observation), rng, self.deterministic,
                                    draws)
         with self._compute():  # float32 outputs whatever the precision
-            out = self.model.act(self._obs(observation), generator, self.deterministic,
-                                 state=(None if state is None
-                                        else torch.from_numpy(np.asarray(state, np.float32))),
-                                 sde_draws=None if draws is None else torch.from_numpy(draws))
+            out = self._inference_model().act(
+                self._obs(observation), generator, self.deterministic,
+                state=None if state is None else torch.from_numpy(np.asarray(state, np.float32)),
+                sde_draws=None if draws is None else torch.from_numpy(draws))
         return tuple(x.numpy() for x in out)
 
     def value(self, observation: np.ndarray, state: Optional[np.ndarray] = None
@@ -167,9 +179,10 @@ class NeuralPolicy:
         """observation [M, *O] (and a recurrent policy's states [M, S]) -> value [M]."""
         if self._numpy is not None:
             return self._numpy.value(self._numpy_obs(observation))
+        model = self._inference_model()
         with self._compute():
             if state is None:
-                return self.model.predict_value(self._obs(observation)).numpy()
-            return self.model.predict_value(
+                return model.predict_value(self._obs(observation)).numpy()
+            return model.predict_value(
                 self._obs(observation),
                 torch.from_numpy(np.asarray(state, np.float32))).numpy()

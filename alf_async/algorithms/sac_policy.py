@@ -30,7 +30,7 @@ from alf_async.envs.spaces import (ActionSpec, ObservationSpec, as_action_spec,
                                    as_observation_spec)
 from alf_async.networks.sac import SquashedGaussianActor
 from alf_async.runtime.weight_store import unpack_weights
-from alf_async.utils.precision import compute_context, published_bf16
+from alf_async.utils.precision import Bf16Inference, compute_context, published_bf16
 
 
 class SACPolicy:
@@ -44,7 +44,9 @@ class SACPolicy:
         deterministic: act with tanh(mean) (for evaluation).
 
     The actor network infers in the precision the published weights name
-    (``SACLearner.precision`` as resolved; ``utils.precision``).
+    (``SACLearner.precision`` as resolved; ``utils.precision``); under bf16
+    through a copy whose linear and convolution layers hold bfloat16 weights,
+    rounded once per weight load (``Bf16Inference``: the same numbers).
     """
 
     def __init__(self, observation: Union[ObservationSpec, int],
@@ -60,6 +62,7 @@ class SACPolicy:
         self.deterministic = deterministic
         self.uniform = True
         self.bf16 = False  # the published precision (float32 until weights say)
+        self._bf16: Optional[Bf16Inference] = None
         self.per_env_exploration = self.actor.use_sde and not deterministic
         self._sde = (SdeDraws((self.actor.feature_dim, self.action_dim),
                               self.actor.sde_sample_interval)
@@ -71,6 +74,10 @@ class SACPolicy:
                                     for k, v in groups["param"].items()})
         self.uniform = bool(groups.get("explore", {}).get("uniform", np.zeros(1))[0] > 0)
         self.bf16 = published_bf16(arrays)
+        if self.bf16:
+            if self._bf16 is None:
+                self._bf16 = Bf16Inference(self.actor)
+            self._bf16.refresh()
 
     def reseed(self, seed: int) -> None:
         self._streams.reseed(seed)
@@ -93,8 +100,9 @@ class SACPolicy:
             obs = torch.from_numpy(np.ascontiguousarray(
                 observation if self._image else np.asarray(observation, np.float32)))
             draws = None if self._sde is None else torch.from_numpy(self._sde(env_ids, k, rng))
+            actor = self._bf16.copy if self.bf16 else self.actor
             with compute_context(torch.device("cpu"), self.bf16):  # float32 outputs
-                action, log_prob = self.actor.sample(obs, generator, self.deterministic,
+                action, log_prob = actor.sample(obs, generator, self.deterministic,
                                                      exploration=draws)
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
 
