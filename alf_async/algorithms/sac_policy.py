@@ -103,7 +103,7 @@ class SACPolicy:
             actor = self._bf16.copy if self.bf16 else self.actor
             with compute_context(torch.device("cpu"), self.bf16):  # float32 outputs
                 action, log_prob = actor.sample(obs, generator, self.deterministic,
-                                                     exploration=draws)
+                                                exploration=draws)
         return action.numpy(), log_prob.numpy(), np.zeros(k, np.float32)
 
     def value(self, observation: np.ndarray) -> np.ndarray:
