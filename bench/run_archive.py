@@ -49,25 +49,22 @@ def _checkpoints(run_dir: str) -> List[Tuple[int, str]]:
     return Checkpointer(run_dir).list()
 
 
-def _files_to_pack(run_dir: str) -> List[str]:
-    """Paths relative to ``run_dir``: every file but ``LEFT_OUT`` and the
-    checkpoints older than the newest."""
+def _files_to_pack(run_dir: str) -> Tuple[List[str], str]:
+    """(paths relative to ``run_dir`` of every file but ``LEFT_OUT`` and the
+    checkpoints older than the newest, the newest checkpoint's name)."""
     checkpoints = _checkpoints(run_dir)
     if not checkpoints:
         raise ArchiveError(f"run directory {run_dir} has no checkpoint to resume from")
-    newest = checkpoints[-1][1]
-    older = {os.path.realpath(path) for _, path in checkpoints[:-1]}
+    older = {path for _, path in checkpoints[:-1]}
     files = []
     for folder, _, names in os.walk(run_dir):
-        for name in sorted(names):
+        for name in names:
             path = os.path.join(folder, name)
-            if name in LEFT_OUT and folder == run_dir:
-                continue
-            if os.path.realpath(path) in older or not os.path.isfile(path):
+            if ((folder == run_dir and name in LEFT_OUT) or path in older
+                    or not os.path.isfile(path)):
                 continue
             files.append(os.path.relpath(path, run_dir))
-    assert os.path.relpath(newest, run_dir) in files
-    return sorted(files)
+    return sorted(files), os.path.basename(checkpoints[-1][1])
 
 
 def pack(run_dir: str, archive: str) -> Dict:
@@ -79,7 +76,7 @@ def pack(run_dir: str, archive: str) -> Dict:
     if holder is not None:
         raise ArchiveError(f"run directory {run_dir} is in use by {holder.describe()}; "
                            "stop the run (SIGTERM writes a checkpoint) and pack it then")
-    files = _files_to_pack(run_dir)
+    files, newest = _files_to_pack(run_dir)
     name = os.path.basename(run_dir)
     partial = archive + ".partial"
     os.makedirs(os.path.dirname(os.path.abspath(archive)), exist_ok=True)
@@ -90,7 +87,7 @@ def pack(run_dir: str, archive: str) -> Dict:
     os.replace(partial, archive)
     return {"packed": run_dir, "archive": archive, "files": len(files),
             "bytes": os.path.getsize(archive),
-            "checkpoint": os.path.basename(_checkpoints(run_dir)[-1][1])}
+            "checkpoint": newest}
 
 
 def unpack(archive: str, root_dir: str) -> Dict:
