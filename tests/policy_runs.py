@@ -7,7 +7,7 @@ directory of a shipped gin file shrunk to one or a few iterations of a couple
 of envs:
 
 - "box": PPO on InvertedPendulumBulletEnv-v0 (a Box action, observations
-  normalized);
+  normalized); "box_squashed" the same with ``ActorNetwork.squash_mean``;
 - "discrete": PPO on CartPole-v1 (Discrete(2));
 - "image": PPO on AlfAsyncDotCentering-v0 (9 x 9 x 1 uint8 frames, a conv
   encoder);
@@ -36,6 +36,9 @@ TINY = ["Trainer.num_env_steps=0", "Trainer.num_iterations=1", "Trainer.num_envs
 
 RUNS: Dict[str, Tuple[str, List[str]]] = {
     "box": ("ppo_bullet_inverted_pendulum.gin", []),
+    # a large output layer: the squash moves the deterministic action
+    "box_squashed": ("ppo_bullet_inverted_pendulum.gin", ["ActorNetwork.squash_mean=True",
+                                                          "ActorNetwork.mean_init_scale=10.0"]),
     "discrete": ("ppo_cartpole.gin", []),
     "image": ("ppo_image_dot_centering.gin", []),
     "lstm": ("ppo_cartpole_masked_lstm.gin", ["ActorCritic.rnn_size=16"]),

@@ -1,7 +1,8 @@
 """Exported policies (Policy.export, the export command): a TorchScript file run
 with torch.jit.load and an ONNX file run with onnxruntime give the actions of
 ``predict(deterministic=True)`` on 100 observations of the run's own env, for a
-Box action with observation normalization, a Discrete action, uint8 frames, an
+Box action with observation normalization (its mean unbounded or squashed), a
+Discrete action, uint8 frames, an
 LSTM (over the sequence, carrying its state and resetting it at episode starts)
 and SAC; the command writes the file and refuses bad input in one line."""
 
@@ -57,7 +58,7 @@ def assert_same_actions(got: np.ndarray, want: np.ndarray, discrete: bool) -> No
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["box", "discrete", "image", "lstm", "sac"])
+@pytest.mark.parametrize("kind", ["box", "box_squashed", "discrete", "image", "lstm", "sac"])
 def test_exported_files_act_as_predict(kind, trained_run, tmp_path):  # noqa: F811
     policy = alf_async.load(trained_run(kind))
     steps = rollout(policy, STEPS)

@@ -146,3 +146,37 @@ def test_torch_is_used_where_numpy_cannot_copy_the_network():
     assert NeuralPolicy(OBS, 2, numpy_inference=False)._numpy is None
     gin.bind_parameter("NeuralPolicy.numpy_inference", False)
     assert NeuralPolicy(OBS, 2)._numpy is None
+
+
+@pytest.mark.parametrize("exploration", ["gaussian", "state_dependent"])
+def test_a_squashed_mean_is_tanh_of_the_output_layer_in_numpy_and_torch(exploration):
+    gin.bind_parameter("ActorNetwork.squash_mean", True)
+    gin.bind_parameter("ActorNetwork.exploration", exploration)
+    spec = ACTION_SPECS["continuous"]
+    obs = (np.random.default_rng(3).standard_normal((64, OBS)) * 40.0).astype(np.float32)
+    det_fast, det_slow = _pair(spec, deterministic=True)
+    mean, _, _ = det_fast.act(obs)
+    np.testing.assert_allclose(mean, det_slow.act(obs)[0], rtol=1e-5, atol=1e-5)
+    actor = det_slow.model.actor
+    with torch.no_grad():
+        x = det_slow.normalizer.normalize(torch.from_numpy(obs))
+        raw = actor.mean(actor.body(x)).numpy()
+    assert np.abs(raw).max() > 2.0  # the weights drive the layer past the box
+    np.testing.assert_allclose(mean, np.tanh(raw), rtol=1e-5, atol=1e-5)
+    assert np.abs(mean).max() < 1.0
+    # sampled actions: their log-probabilities around the squashed mean agree
+    fast, slow = _pair(spec)
+    action, log_prob, _ = fast.act(obs)
+    with torch.no_grad():
+        dist, _ = slow.model.evaluate(slow.normalizer.normalize(torch.from_numpy(obs)))
+        want = dist.log_prob(torch.from_numpy(action)).numpy()
+    np.testing.assert_allclose(log_prob, want, rtol=1e-5, atol=1e-4)
+
+
+def test_squash_mean_leaves_discrete_logits_alone():
+    gin.bind_parameter("ActorNetwork.squash_mean", True)
+    model = ActorCritic(OBS, ACTION_SPECS["discrete"])
+    assert not model.actor.squash_mean
+    gin.bind_parameter("ActorNetwork.squash_mean", "yes")
+    with pytest.raises(ValueError, match="ActorNetwork.squash_mean"):
+        ActorCritic(OBS, 2)

@@ -8,7 +8,9 @@ action space (``envs.spaces.ActionSpec``):
   std ``initial_std``), or, with ``exploration="state_dependent"``, whose
   scale depends on the state (gSDE, ``distributions.StateDependentNormal``);
   the mean layer's weights start small (``mean_init_scale``) so that the first
-  policy acts near zero;
+  policy acts near zero; with ``squash_mean`` the mean is tanh of that layer's
+  output, inside the action box [-1, 1]^A (as ALF's humanoid actor,
+  TF-Agents' ``NormalProjectionNetwork`` with its default mean transform);
 - discrete / multi-discrete: a linear layer giving the logits of one Categorical
   per action dimension (sum(nvec) logits), started small likewise (near-uniform).
 
@@ -102,6 +104,11 @@ class ActorNetwork(nn.Module):
         sde_sample_interval: "state_dependent": an actor keeps each env's W
             for this many steps before drawing a new one (the zoo's
             ``sde_sample_freq``: 4); 1 draws one every step.
+        squash_mean: continuous actions: the Normal's mean is tanh of the
+            output layer, so it stays inside [-1, 1]^A, the box every env's
+            actions are clipped to (``envs.spaces``); samples are not squashed
+            and may still fall outside (the env clips them). False (the
+            default): the mean is the output layer itself, unbounded.
     """
 
     def __init__(self, observation_dim: int, action_spec: Union[ActionSpec, int],
@@ -109,12 +116,14 @@ class ActorNetwork(nn.Module):
                  hidden_init: str = "orthogonal", initial_std: float = 1.0,
                  mean_init_scale: float = 0.01, min_log_std: float = -5.0,
                  max_log_std: float = 2.0, exploration: str = "gaussian",
-                 sde_initial_log_std: float = -2.0, sde_sample_interval: int = 4):
+                 sde_initial_log_std: float = -2.0, sde_sample_interval: int = 4,
+                 squash_mean: bool = False):
         super().__init__()
         if initial_std <= 0:
             raise ValueError(f"initial_std must be > 0, got {initial_std}")
         check("ActorNetwork", "exploration", exploration, "choice", choices=EXPLORATIONS)
         check("ActorNetwork", "sde_sample_interval", sde_sample_interval, "int", low=1)
+        check("ActorNetwork", "squash_mean", squash_mean, "bool")
         self.action_spec = spec = as_action_spec(action_spec)
         self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
         outputs = sum(spec.nvec) if spec.discrete else spec.dim
@@ -131,12 +140,19 @@ class ActorNetwork(nn.Module):
             self.log_std = nn.Parameter(torch.full((spec.dim,), math.log(initial_std)))
         self.min_log_std = min_log_std
         self.max_log_std = max_log_std
+        self.squash_mean = bool(squash_mean) and not spec.discrete
+
+    def _output(self, features: torch.Tensor) -> torch.Tensor:
+        """features [B, F] -> the mean [B, A] (tanh-squashed with
+        ``squash_mean``) or the logits [B, sum(nvec)], in float32 under any
+        autocast: the distribution's math is float32."""
+        out = self.mean(features).float()
+        return torch.tanh(out) if self.squash_mean else out
 
     def forward(self, observation: torch.Tensor) -> ActionDistribution:
         """observation [B, O] (normalized) -> the action distribution."""
         features = self.body(observation)
-        # float32 outputs under any autocast: the distribution's math is float32.
-        out = self.mean(features).float()
+        out = self._output(features)
         if self.action_spec.discrete:
             return CategoricalDistribution(out, self.action_spec.nvec)
         if self.state_dependent:
@@ -150,7 +166,7 @@ class ActorNetwork(nn.Module):
         [B, O] as stored rows [B, A] (the Normal's mean; each dimension's most
         likely choice for discrete actions), computed without distribution
         objects so that it traces for export (``playback.export``)."""
-        out = self.mean(self.body(observation)).float()
+        out = self._output(self.body(observation))
         if self.action_spec.discrete:
             return CategoricalDistribution(out, self.action_spec.nvec).mode()
         return out

@@ -126,7 +126,7 @@ class NumpyActorCritic:
             raise ValueError("a gSDE snapshot needs the variance floor of the torch "
                              "model's scale (networks.distributions.SDE_VARIANCE_FLOOR)")
         self._body = body  # the actor's hidden layers (features [B, F])
-        self._head = head  # its output layer (mean or logits)
+        self._head = head  # its output layer (mean or logits; then tanh with squash_mean)
         self._value = value
         self._nvec = nvec  # choices per dimension; () for continuous actions
         self._sde_std = sde_std  # [F, A] the noise matrix's stds (gSDE), or None
@@ -147,6 +147,8 @@ class NumpyActorCritic:
             return None
         actor, value = model.actor, model.value
         body, head = _layers(list(actor.body)), _layers([actor.mean])
+        if head is not None and actor.squash_mean:
+            head.append(("fn", np.tanh))
         value_layers = _layers(list(value.body) + [value.head])
         if body is None or head is None or value_layers is None:
             return None
