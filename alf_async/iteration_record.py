@@ -47,7 +47,9 @@ class IterationRecord:
     also a row of eval.jsonl (``EVAL_FILE``).
     learner: the learner's statistics (PPO: policy_loss, value_loss, entropy,
     approx_kl, clip_fraction, grad_norm, explained_variance, action_std,
-    failed_steps, ...).
+    mean_outside_box (continuous actions: the fraction of the policy mean's
+    entries outside [-1, 1], where the env clips the mean itself; 0 with
+    ``ActorNetwork.squash_mean``), failed_steps, ...).
     """
 
     iteration: int
@@ -154,6 +156,7 @@ TENSORBOARD_TAGS = {
     "explained_variance": "ppo/explained_variance",
     "grad_norm": "ppo/grad_norm",
     "action_std": "ppo/action_std",
+    "mean_outside_box": "ppo/mean_outside_box",
     "importance_weight": "ppo/importance_weight",
     "truncated_fraction": "ppo/truncated_fraction",
     "truncated_weight": "ppo/truncated_weight",

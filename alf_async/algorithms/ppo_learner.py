@@ -400,8 +400,10 @@ class PPOLearner:
             progress: env steps trained on before this batch / the run's
                 budget (for ``learning_rate_schedule``).
         Returns:
-            Scalar statistics averaged over the gradient steps taken, plus
-            learning_rate, clip_ratio, gradient_steps, failed_steps (steps
+            Scalar statistics averaged over the gradient steps taken (the
+            loss's, grad_norm and, for continuous actions, mean_outside_box:
+            the fraction of the minibatch's policy-mean entries outside
+            [-1, 1]), plus learning_rate, clip_ratio, gradient_steps, failed_steps (steps
             of the batch whose env failed, left out of the losses), step_lag
             (with ``behaviour_version`` and the batch's column: this version
             minus each step's, averaged over the steps) and, with
@@ -493,6 +495,7 @@ class PPOLearner:
         per_minibatch = layout.columns_per_minibatch(self.mini_batch_size)
         num_columns = layout.num_columns
         kl_stopped = False
+        continuous = not self.model.action_spec.discrete
 
         def where() -> str:  # the step, for a NonFiniteError
             return (f"training iteration {self.iteration}, epoch pass "
@@ -519,6 +522,9 @@ class PPOLearner:
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar,
                                mb.get("valid"))
+                if continuous:  # where the env clips the mean itself
+                    out.stats["mean_outside_box"] = (
+                        dist.mode().detach().abs() > 1.0).float().mean()
                 grad_norm = self._step.backward(self.model, self.optimizer, out.loss,
                                                 self.max_grad_norm)
                 finite = self._step.finite(out.loss, grad_norm)
