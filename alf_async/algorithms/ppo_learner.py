@@ -403,10 +403,11 @@ class PPOLearner:
             Scalar statistics averaged over the gradient steps taken (the
             loss's, grad_norm and, for continuous actions, mean_outside_box:
             the fraction of the minibatch's policy-mean entries outside
-            [-1, 1]), plus learning_rate, clip_ratio, gradient_steps, failed_steps (steps
-            of the batch whose env failed, left out of the losses), step_lag
-            (with ``behaviour_version`` and the batch's column: this version
-            minus each step's, averaged over the steps) and, with
+            [-1, 1]), plus learning_rate, clip_ratio, gradient_steps,
+            failed_steps (steps of the batch whose env failed, left out of
+            the losses), step_lag (with ``behaviour_version`` and the
+            batch's column: this version minus each step's, averaged over
+            the steps) and, with
             ``target_kl``, kl_early_stop (1.0 if the KL budget ended the
             iteration early).
         """
