@@ -48,8 +48,12 @@ def _kill_one_actor(run: TrainRun, actor_index: int = 0) -> int:
 def test_sigkilled_actor_is_restarted_and_the_run_completes(tmp_path):
     """N = 1: the run can only reach its budget through the restarted actor."""
     root = str(tmp_path / "run")
-    iterations = 12
-    with TrainRun(root, small_params("Trainer.num_actors=1", iterations=iterations)) as run:
+    # The slow env (5 ms a step) leaves seconds between iteration 2 and the
+    # budget; at full speed a CI run once went from 2 to 12 in 0.1 s, before
+    # the kill.
+    iterations = 40
+    with TrainRun(root, small_params("Trainer.num_actors=1", SLOW_ENV_PARAM,
+                                     iterations=iterations)) as run:
         run.wait_for_iteration(2)
         victim = _kill_one_actor(run)
         rc = run.wait(180)
@@ -71,13 +75,15 @@ def test_a_killed_forkserver_takes_its_actors_and_the_run_restarts_them(tmp_path
     actors die with it (their parent's death signal), and the trainer restarts
     them through a new server; the run reaches its budget and leaves nothing."""
     root = str(tmp_path / "run")
-    iterations = 12
-    with TrainRun(root, small_params("Trainer.num_actors=2", iterations=iterations)) as run:
+    iterations = 40  # with the slow env: seconds between iteration 2 and the end
+    with TrainRun(root, small_params("Trainer.num_actors=2", SLOW_ENV_PARAM,
+                                     iterations=iterations)) as run:
         run.wait_for_iteration(2)
         actors = run.wait_for(lambda: run.actors(), 60, "actor processes")
         servers = {a.ppid() for a in actors} - {run.pid}
         assert len(servers) == 1, servers  # the actors' parent: the forkserver
         server = servers.pop()
+        assert run.metrics()[-1]["iteration"] < iterations - 2, "the run ended first"
         os.kill(server, signal.SIGKILL)
         rc = run.wait(180)
         run.assert_clean()
