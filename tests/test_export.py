@@ -2,9 +2,9 @@
 with torch.jit.load and an ONNX file run with onnxruntime give the actions of
 ``predict(deterministic=True)`` on 100 observations of the run's own env, for a
 Box action with observation normalization (its mean unbounded or squashed), a
-Discrete action, uint8 frames, an
-LSTM (over the sequence, carrying its state and resetting it at episode starts)
-and SAC; the command writes the file and refuses bad input in one line."""
+Discrete action, uint8 frames, an LSTM (over the sequence, carrying its state
+and resetting it at episode starts) and SAC; the command writes the file and
+refuses bad input in one line."""
 
 from __future__ import annotations
 
