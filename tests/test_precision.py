@@ -22,8 +22,10 @@ from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
+from alf_async.networks.encoders import ImageEncoder
 from alf_async.runtime.trajectory import allocate_trajectory
-from alf_async.utils.precision import PRECISION_KEY, published_bf16
+from alf_async.utils.precision import (PRECISION_KEY, Bf16Inference, Float32Conv2d,
+                                       compute_context, published_bf16)
 from alf_async.utils.validation import ConfigError
 from reliability_helpers import read_metrics, train_in_this_process
 from test_exact_on_policy import FirstMinibatch
@@ -161,6 +163,32 @@ def test_bf16_and_fp32_learners_agree_on_the_first_gradient_step(clear_gin, kind
         assert float((a - b).detach().abs().max()) <= 2 * 3e-4 + 1e-6
 
 
+@pytest.mark.parametrize("architecture", ["nature", "impala", "small"])
+def test_an_image_encoders_first_convolution_computes_in_float32_under_bf16(architecture):
+    """Under a bf16 autocast the convolution that reads the frames takes and
+    gives float32 (in bfloat16 its weight gradient, a sum over every output
+    position of a minibatch, strayed from float32's on trained Pong networks:
+    bench/precision_gradients.py), the next one computes in bfloat16, and the
+    acting copy keeps the first one's weights float32 (so it computes what the
+    learner computes)."""
+    encoder = ImageEncoder(ObservationSpec((36, 36, 4), "uint8"), architecture)
+    first, second = [m for m in encoder.modules() if isinstance(m, torch.nn.Conv2d)][:2]
+    dtypes = {}
+    for name, layer in (("first", first), ("second", second)):
+        layer.register_forward_hook(
+            lambda module, inputs, output, name=name: dtypes.__setitem__(
+                name, (inputs[0].dtype, output.dtype)))
+    frames = torch.randint(0, 256, (2, 36, 36, 4), dtype=torch.uint8)
+    with compute_context(torch.device("cpu"), True):
+        encoder(frames)
+    assert dtypes["first"] == (torch.float32, torch.float32)
+    assert dtypes["second"][1] == torch.bfloat16
+    copy = Bf16Inference(encoder).copy
+    copied = [m for m in copy.modules() if isinstance(m, torch.nn.Conv2d)][:2]
+    assert copied[0].weight.dtype == torch.float32
+    assert copied[1].weight.dtype == torch.bfloat16
+
+
 def test_a_bf16_sync_loop_keeps_the_first_minibatch_ratio_near_one(clear_gin, monkeypatch):
     """predict -> learn -> predict with a conv net in bf16: the actor's
     log-probabilities come from the same bf16 computation as the learner's
@@ -198,7 +226,8 @@ def _bf16_weights(learner: PPOLearner, seed: int) -> Dict[str, np.ndarray]:
 @pytest.mark.parametrize("kind", ["conv", "mlp", "gsde", "lstm"])
 def test_bf16_acting_layers_give_what_autocast_of_the_float32_model_gives(clear_gin, kind):
     """Under bf16 a policy acts through a copy whose linear and conv layers
-    hold bfloat16 weights, rounded once a weight load (``Bf16Inference``),
+    (but an image encoder's first, float32 under any precision) hold
+    bfloat16 weights, rounded once a weight load (``Bf16Inference``),
     not at every step: its actions, log-probabilities and values equal, bit
     for bit, those of the float32 model under the same autocast, also after a
     second load (the copy follows the new weights)."""
@@ -223,7 +252,8 @@ def test_bf16_acting_layers_give_what_autocast_of_the_float32_model_gives(clear_
         policy.load_weights(arrays)
         reference.load_weights(arrays)
         layers = [m for m in policy._inference_model().modules()
-                  if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+                  if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))
+                  and not isinstance(m, Float32Conv2d)]
         assert layers and all(m.weight.dtype == torch.bfloat16 for m in layers)
         assert all(p.dtype == torch.float32 for p in policy.model.parameters())
         state = (None if policy.state_size == 0

@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from alf_async.envs.spaces import ObservationSpec
+from alf_async.utils.precision import Float32Conv2d
 
 ARCHITECTURES = ("auto", "nature", "impala", "small")
 CHANNEL_ORDERS = ("auto", "first", "last")
@@ -78,25 +79,26 @@ class _ResidualBlock(nn.Module):
         return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
 
 
-def _impala_stage(in_channels: int, channels: int) -> nn.Module:
-    return nn.Sequential(_init_conv(nn.Conv2d(in_channels, channels, 3, padding=1)),
+def _impala_stage(in_channels: int, channels: int, conv: type = nn.Conv2d) -> nn.Module:
+    return nn.Sequential(_init_conv(conv(in_channels, channels, 3, padding=1)),
                          nn.MaxPool2d(3, stride=2, padding=1),
                          _ResidualBlock(channels), _ResidualBlock(channels))
 
 
 def conv_stack(architecture: str, in_channels: int) -> nn.Module:
-    """The convolutional part of ``architecture`` (not "auto")."""
+    """The convolutional part of ``architecture`` (not "auto"); its first
+    convolution computes in float32 under any precision (``Float32Conv2d``)."""
     if architecture == "nature":
         return nn.Sequential(
-            _init_conv(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
+            _init_conv(Float32Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
             _init_conv(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
             _init_conv(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
     if architecture == "impala":
-        return nn.Sequential(_impala_stage(in_channels, 16), _impala_stage(16, 32),
+        return nn.Sequential(_impala_stage(in_channels, 16, Float32Conv2d), _impala_stage(16, 32),
                              _impala_stage(32, 32), nn.ReLU(), nn.Flatten())
     if architecture == "small":
         return nn.Sequential(
-            _init_conv(nn.Conv2d(in_channels, 16, 3, padding=1)), nn.ReLU(),
+            _init_conv(Float32Conv2d(in_channels, 16, 3, padding=1)), nn.ReLU(),
             _init_conv(nn.Conv2d(16, 32, 3, stride=2, padding=1)), nn.ReLU(), nn.Flatten())
     raise ValueError(f"ImageEncoder.architecture must be one of {ARCHITECTURES}, "
                      f"got {architecture!r}")
@@ -154,10 +156,10 @@ class ImageEncoder(nn.Module):
 
         float32 (channels-first, or channels-last where the frames store
         their channels last) by default; under a bfloat16 autocast
-        (``utils.precision``) bfloat16 in the channels-last memory format,
-        the one oneDNN's bfloat16 convolutions run fast in on a CPU (the
-        weights stay float32 and channels-first: autocast casts them per
-        call, as it casts every weight). A uint8 value is exact in bfloat16.
+        (``utils.precision``) float32 in the channels-last memory format,
+        the one oneDNN's convolutions run fast in on a CPU, for the first
+        convolution, which computes in float32 under any precision
+        (``Float32Conv2d``); the layers after it run in bfloat16.
         """
         if frames.dim() == 3:  # (H, W) frames: one channel
             frames = frames.unsqueeze(1)
@@ -165,8 +167,7 @@ class ImageEncoder(nn.Module):
             frames = frames.permute(0, 3, 1, 2)  # a view: no copy yet
         device_type = frames.device.type
         if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
-            x = frames.to(dtype=torch.get_autocast_dtype(device_type),
-                          memory_format=torch.channels_last)
+            x = frames.to(dtype=torch.float32, memory_format=torch.channels_last)
         else:
             x = frames.float()
         if self.scale == 1.0:

@@ -11,7 +11,10 @@ Values (``PRECISIONS``):
   copy), and so do everything outside the networks: the losses, advantages
   and value targets, the observation normalizer and the action distributions'
   log-probabilities and entropies (each network casts its outputs to float32,
-  ``networks``). Checkpoints hold float32 tensors only and load under either
+  ``networks``). So does an image encoder's first convolution
+  (``Float32Conv2d``): under bfloat16 its weight gradient, a sum over every
+  output position of a minibatch, strays from float32's on a trained
+  network. Checkpoints hold float32 tensors only and load under either
   precision.
 - "auto": "bf16" where the learner's device runs bfloat16 natively AND the
   network is one where it pays, else "fp32" (``choose_precision``):
@@ -148,6 +151,26 @@ def compute_context(device: torch.device, bf16: bool) -> ContextManager:
 AUTOCAST_CAST_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
 
 
+class Float32Conv2d(nn.Conv2d):
+    """A 2-d convolution that computes in float32 under any autocast: an image
+    encoder's first layer, the one that reads the frames (same parameters and
+    state-dict keys as ``nn.Conv2d``; without autocast it is ``nn.Conv2d``).
+
+    Under a bfloat16 autocast on a CPU the weight and bias gradients of the
+    Nature CNN's first convolution, sums over the 20 x 20 output positions of
+    each of a minibatch's 256 frames, came out far from float32's on trained
+    Pong networks (cosine 0.4-0.9 per minibatch, norms off by up to 2x), where
+    every later layer's agreed to 0.99 and better (``bench/precision_gradients.py``;
+    docs/pixels.md). In float32 this layer costs the learner little: its
+    input has 4 channels, and no gradient flows back into the frames. Its
+    float32 output is cast to bfloat16 by the next layer.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with float32_context(x):
+            return super().forward(x.float())
+
+
 class Bf16Inference:
     """A frozen inference copy of a float32 network for a bfloat16 autocast,
     with the weights of its ``AUTOCAST_CAST_LAYERS`` cast once, not per call.
@@ -170,7 +193,8 @@ class Bf16Inference:
         self.copy.eval()
         self.copy.requires_grad_(False)
         for module in self.copy.modules():
-            if isinstance(module, AUTOCAST_CAST_LAYERS):
+            if (isinstance(module, AUTOCAST_CAST_LAYERS)
+                    and not isinstance(module, Float32Conv2d)):
                 module.to(torch.bfloat16)
         self.source = network
 
