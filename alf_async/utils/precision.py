@@ -161,8 +161,9 @@ class Float32Conv2d(nn.Conv2d):
     each of a minibatch's 256 frames, came out far from float32's on trained
     Pong networks (cosine 0.4-0.9 per minibatch, norms off by up to 2x), where
     every later layer's agreed to 0.99 and better (``bench/precision_gradients.py``;
-    docs/pixels.md). In float32 this layer costs the learner little: its
-    input has 4 channels, and no gradient flows back into the frames. Its
+    docs/pixels.md). In float32 it agrees, at a cost (measured with
+    ``bench/learner_speed.py``: a bf16 Nature CNN learner iteration about
+    10-40% slower, an IMPALA one up to 35%; results.md#atari-pong). Its
     float32 output is cast to bfloat16 by the next layer.
     """
 
