@@ -162,8 +162,8 @@ class Float32Conv2d(nn.Conv2d):
     Pong networks (cosine 0.4-0.9 per minibatch, norms off by up to 2x), where
     every later layer's agreed to 0.99 and better (``bench/precision_gradients.py``;
     docs/pixels.md). In float32 it agrees, at a cost (measured with
-    ``bench/learner_speed.py``: a bf16 Nature CNN learner iteration about
-    10-40% slower, an IMPALA one up to 35%; results.md#atari-pong). Its
+    ``bench/learner_speed.py``: a bf16 learner iteration 6-44% slower for
+    the Nature CNN, 1-41% for the IMPALA CNN; results.md#atari-pong). Its
     float32 output is cast to bfloat16 by the next layer.
     """
 
