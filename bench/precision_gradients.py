@@ -42,9 +42,9 @@ import torch
 
 from alf_async.algorithms.policy import NeuralPolicy
 from alf_async.algorithms.ppo_learner import PPOLearner
-from alf_async.envs.gym_env import make_env
 from alf_async.envs.spaces import EnvActions
 from alf_async.playback.player import find_checkpoint, load_run
+from alf_async.policy_api import Policy
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.utils.precision import compute_context
 from bench import benchlib
@@ -68,9 +68,7 @@ def play(run: Any, learner: PPOLearner, T: int, K: int, seed: int) -> Dict[str, 
     acting = NeuralPolicy(run.observation_spec, run.action_spec, seed=seed)
     acting.load_weights(learner.weight_arrays())
     to_env = EnvActions(run.action_space, run.action_spec)
-    env_settings = run.run_env
-    envs = [make_env(env_settings.env_name, max_episode_steps=env_settings.max_episode_steps,
-                     time_feature=env_settings.time_feature).env for _ in range(K)]
+    envs = [Policy(run).make_env() for _ in range(K)]  # the env as the run made it
     try:
         observation = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
         batch = allocate_trajectory(T, K, run.observation_spec, run.action_spec.dim)
@@ -94,10 +92,10 @@ def play(run: Any, learner: PPOLearner, T: int, K: int, seed: int) -> Dict[str, 
 
 def in_own_precision(learner: PPOLearner, batch: Dict[str, np.ndarray]
                      ) -> Dict[str, np.ndarray]:
-    """``batch`` with its log-probabilities and values [T, K] (and bootstrap
-    values [K]) computed by ``learner``'s network in ``learner``'s precision,
-    as an actor following that learner computes them: the first minibatch's
-    ratio is then 1 under either precision."""
+    """``batch`` with its log-probabilities and values [T, K] computed by
+    ``learner``'s network in ``learner``'s precision, as an actor following
+    that learner computes them: every ratio is then 1 under either precision
+    (the bootstrap values [K] stay the float32 acting policy's)."""
     T, K = batch["reward"].shape
     frames = batch["observation"]
     observation = torch.from_numpy(frames.reshape(T * K, *frames.shape[2:]))
