@@ -14,21 +14,27 @@ A GPU machine is lent to some sessions for minutes: this is what to run on it
    on a GPU: each one waits for the device); the learner's checkpoint
    (written from the device) loads into a CPU learner with equal weights,
    which trains one more iteration (``cpu_resume``).
-2. a run (unless ``--skip_run``): the train command trains the pendulum for 2
-   iterations with ``PPOLearner.device`` = the device, then resumes it with
-   ``CUDA_VISIBLE_DEVICES=""`` (a machine without a GPU) to 3 iterations: it
-   must end with exit 0, and on a GPU log that it fell back to the CPU.
+2. a run (unless ``--skip_run``): the train command trains the pendulum
+   (``--run_gin_file``) for 2 iterations with ``PPOLearner.device`` = the
+   device, then resumes it with ``CUDA_VISIBLE_DEVICES=""`` (a machine
+   without a GPU) to 3 iterations: it must end with exit 0, and on a GPU log
+   that it fell back to the CPU.
 3. speed: the learners of the Pong (``ppo_atari_pong.gin``) and humanoid
    (``ppo_bullet_humanoid.gin``) configs train on synthetic batches of their
    configs' T x K, on the device and on the CPU: gradient steps/s of each,
    learner env steps/s (T * K per iteration) and device/CPU ratio
-   (``--tiny`` shrinks the batches and epochs).
+   (``--tiny`` shrinks the batches and epochs); on a CUDA device also the
+   kernels launched and the GPU's busy time per gradient step (torch's
+   profiler over one more iteration). ``--speed_gin_param`` adds bindings
+   (``PPOLearner.precision='bf16'``) to both sides.
 
 Output: one JSON line {"bench": "gpu_smoke", "device": ..., "ok": ...,
 "kinds": {kind: {...}}, "run": {...}, "speed": {"pong": {...}, "humanoid":
 {...}}}. ``ok`` is true when every check passed; the script exits 1 otherwise.
 
-Full size (a GPU machine, about 3-5 minutes):  python -m bench.gpu_smoke
+Full size (a GPU machine, about 1-3 minutes):  python -m bench.gpu_smoke
+(``--run_gin_file ppo_cartpole.gin`` where pybullet is missing: it has no
+wheel for Python 3.12)
 Smoke run (CPU, about a minute):  python -m bench.gpu_smoke --device cpu --tiny --skip_run
 """
 
@@ -335,16 +341,18 @@ def check_kind(name: str, spec: Dict[str, Any], device: str, sizes: Dict[str, in
 
 
 # -- 2. a run trained on the device, resumed without a GPU ----------------------------------
-def check_run(device: str, keep: bool) -> Dict[str, Any]:
-    """The train command on the pendulum with the learner on ``device``, then
-    resumed as on a machine without a GPU (CUDA_VISIBLE_DEVICES="")."""
+def check_run(device: str, keep: bool, gin_file: str = "ppo_bullet_inverted_pendulum.gin"
+              ) -> Dict[str, Any]:
+    """The train command on ``gin_file`` (the PyBullet pendulum by default) with
+    the learner on ``device``, then resumed as on a machine without a GPU
+    (CUDA_VISIBLE_DEVICES="")."""
     params = ["Trainer.num_envs=2", "Trainer.unroll_length=32", "Trainer.num_env_steps=0",
               "Trainer.num_iterations=2", "Trainer.backend='inprocess'",
               "PPOLearner.mini_batch_size=32", "PPOLearner.num_epochs=1",
               "MetricsRecorder.tensorboard=False", f"PPOLearner.device='{device}'"]
     run = benchlib.RunDir(None, "gpu_run", keep)
     try:
-        first = benchlib.run_train(["ppo_bullet_inverted_pendulum.gin"], params, run.path,
+        first = benchlib.run_train([gin_file], params, run.path,
                                    timeout_s=300, poll_s=0.5)
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -383,10 +391,31 @@ def _speed_spec(name: str):
     return ObservationSpec((44,), "float32"), ActionSpec.continuous(17)  # HumanoidBullet
 
 
+def kernel_profile(learner, batch: Dict[str, np.ndarray]) -> Dict[str, float]:
+    """One training iteration of ``learner`` (on a CUDA device) under torch's
+    profiler: GPU kernels launched per gradient step and the GPU's busy time
+    per step (ms, the kernels' own time summed). Busy time well under the
+    step's wall time means the step is bound by the host's launches, not by
+    the GPU's arithmetic."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(learner.device)
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        steps = int(learner.train(batch, progress=0.0)["gradient_steps"])
+        torch.cuda.synchronize(device)
+    events = prof.key_averages()
+    on_gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels_per_step": sum(e.count for e in on_gpu) / steps,
+            "gpu_busy_ms_per_step": sum(e.self_device_time_total for e in events)
+            / 1e3 / steps}
+
+
 def learner_speed(name: str, device: str, tiny: bool, iterations: int,
-                  budget_s: float) -> Dict[str, Any]:
+                  budget_s: float, gin_params: Tuple[str, ...] = ()) -> Dict[str, Any]:
     """Gradient steps/s of ``name``'s learner (its gin file's networks and
-    PPO settings, a synthetic batch of its T x K) on ``device``."""
+    PPO settings, ``gin_params`` after them, a synthetic batch of its T x K)
+    on ``device``."""
     import gin
 
     from alf_async.algorithms.ppo_learner import PPOLearner
@@ -394,7 +423,7 @@ def learner_speed(name: str, device: str, tiny: bool, iterations: int,
 
     shrink = (["Trainer.unroll_length=16", "Trainer.num_envs=4",
                "PPOLearner.mini_batch_size=32", "PPOLearner.num_epochs=1"] if tiny else [])
-    parse_config([SPEED_CONFIGS[name]], shrink)
+    parse_config([SPEED_CONFIGS[name]], shrink + list(gin_params))
     try:
         T, K = gin.query_parameter("Trainer.unroll_length"), gin.query_parameter(
             "Trainer.num_envs")
@@ -407,19 +436,23 @@ def learner_speed(name: str, device: str, tiny: bool, iterations: int,
             steps += int(learner.train(batch, progress=0.0)["gradient_steps"])
             done += 1
         seconds = time.perf_counter() - start
+        result = {"T": T, "K": K, "iterations": done, "gradient_steps_per_s": steps / seconds,
+                  "ms_per_step": 1e3 * seconds / steps, "s_per_iteration": seconds / done,
+                  "learner_env_steps_per_s": T * K * done / seconds}
+        if torch.device(device).type == "cuda":
+            result.update(kernel_profile(learner, batch))
     finally:
         gin.clear_config()
-    return {"T": T, "K": K, "iterations": done, "gradient_steps_per_s": steps / seconds,
-            "s_per_iteration": seconds / done, "learner_env_steps_per_s": T * K * done / seconds}
+    return result
 
 
-def compare_speed(device: str, tiny: bool, iterations: int, budget_s: float
-                  ) -> Dict[str, Dict[str, Any]]:
+def compare_speed(device: str, tiny: bool, iterations: int, budget_s: float,
+                  gin_params: Tuple[str, ...] = ()) -> Dict[str, Dict[str, Any]]:
     out = {}
     for name in SPEED_CONFIGS:
-        on_device = learner_speed(name, device, tiny, iterations, budget_s)
+        on_device = learner_speed(name, device, tiny, iterations, budget_s, gin_params)
         on_cpu = (on_device if torch.device(device).type == "cpu"
-                  else learner_speed(name, "cpu", tiny, iterations, budget_s))
+                  else learner_speed(name, "cpu", tiny, iterations, budget_s, gin_params))
         out[name] = {"device": on_device, "cpu": on_cpu,
                      "device_over_cpu": on_device["gradient_steps_per_s"]
                      / on_cpu["gradient_steps_per_s"]}
@@ -442,6 +475,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="comma-separated policy kinds to check (default: all)")
     p.add_argument("--skip_run", action="store_true",
                    help="skip the train-command run and its resume without a GPU")
+    p.add_argument("--run_gin_file", default="ppo_bullet_inverted_pendulum.gin",
+                   help="the gin file of the train-command run (ppo_cartpole.gin where "
+                        "pybullet is not installed)")
     p.add_argument("--skip_speed", action="store_true",
                    help="skip the Pong and humanoid learner speeds")
     p.add_argument("--speed_iterations", type=int, default=3,
@@ -449,6 +485,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--speed_budget_s", type=float, default=60.0,
                    help="stop timing a learner after this many seconds (at least one "
                         "iteration)")
+    p.add_argument("--speed_gin_param", action="append", default=[],
+                   help="a gin binding for the speed section's learners, on the device "
+                        "and the CPU alike (repeatable), e.g. "
+                        "\"PPOLearner.precision='bf16'\"")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     return p.parse_args(argv)
 
@@ -478,12 +518,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         logger.info("%s: %s", name, results["kinds"][name])
     ok = all(r["ok"] for r in results["kinds"].values())
     if not args.skip_run:
-        results["run"] = check_run(device, args.keep)
+        results["run"] = check_run(device, args.keep, args.run_gin_file)
         logger.info("run: %s", results["run"])
         ok = ok and results["run"]["ok"]
     if not args.skip_speed:
         results["speed"] = compare_speed(device, args.tiny, args.speed_iterations,
-                                         args.speed_budget_s)
+                                         args.speed_budget_s, tuple(args.speed_gin_param))
+        results["speed_gin_params"] = args.speed_gin_param
     results["ok"] = ok
     results.update(benchlib.machine_info())
     benchlib.emit(results)

@@ -25,7 +25,7 @@ from alf_async.envs.spaces import ActionSpec, ObservationSpec
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.utils.precision import (PRECISION_KEY, Bf16Inference, Float32Conv2d,
-                                       compute_context, published_bf16)
+                                       choose_precision, compute_context, published_bf16)
 from alf_async.utils.validation import ConfigError
 from reliability_helpers import read_metrics, train_in_this_process
 from test_exact_on_policy import FirstMinibatch
@@ -88,6 +88,20 @@ def test_auto_picks_fp32_on_a_cpu_without_bf16(clear_gin, cpu_flags):
     assert "none of amx_bf16 or avx512_bf16" in learner.precision.reason
     assert not published_bf16(learner.weight_arrays())
     assert not SACLearner(VECTOR, CONTINUOUS, precision="auto").precision.bf16
+
+
+def test_auto_picks_fp32_for_a_cuda_learner_even_beside_an_amx_cpu(cpu_flags):
+    """On an H200 the shipped conv learners ran slower in bf16 (launch-bound
+    steps, bench.gpu_smoke): "auto" keeps a CUDA learner in fp32; the rule
+    reads no CUDA state, so it is checked here on a device string."""
+    cpu_flags("amx_bf16")
+    conv = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3))
+    for device in ("cuda", "cuda:1"):
+        choice = choose_precision("PPOLearner", "auto", torch.device(device), conv)
+        assert not choice.bf16
+        assert f"PPOLearner.precision='auto' -> fp32 (a CUDA learner ({device})" in choice.reason
+    assert choose_precision("PPOLearner", "auto", torch.device("cpu"), conv).bf16
+    assert choose_precision("PPOLearner", "bf16", torch.device("cuda"), conv).bf16
 
 
 @pytest.mark.parametrize("flag", ["amx_bf16", "avx512_bf16"])

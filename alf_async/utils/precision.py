@@ -20,9 +20,14 @@ Values (``PRECISIONS``):
   network is one where it pays, else "fp32" (``choose_precision``):
 
   1. native: a CPU whose /proc/cpuinfo flags include ``amx_bf16`` or
-     ``avx512_bf16`` (``cpu_bf16_flags``), a CUDA device for which
-     ``torch.cuda.is_bf16_supported()``; elsewhere (another CPU emulates
-     bfloat16 several times slower than float32) never;
+     ``avx512_bf16`` (``cpu_bf16_flags``); elsewhere (another CPU emulates
+     bfloat16 several times slower than float32) never. Not a CUDA device
+     either, though it runs bfloat16 natively: there a gradient step of the
+     shipped configs' networks is bound by the host's kernel launches, not by
+     the arithmetic, and autocast's casts add launches (``bench.gpu_smoke``
+     on an H200, 2026-11-29, two machines: the Pong learner at 185 and 115
+     gradient steps/s in bf16 against 194 and 187 in fp32), while the CPU
+     actors, which follow the learner's precision, may lack bfloat16;
   2. pays: the network has a convolution (``bf16_pays``). Measured with
      ``bench/learner_speed.py`` (docs/pixels.md has the figures): the Nature
      and IMPALA encoders learn 2.2x and 3.4x faster in bf16 and their actors
@@ -100,14 +105,15 @@ def cpu_bf16_flags() -> Tuple[str, ...]:
 
 
 def native_bf16(device: torch.device) -> Tuple[bool, str]:
-    """(whether ``device`` computes bfloat16 natively, what says so) (rule 1)."""
+    """(whether "auto" may pick bfloat16 on ``device``, why) (rule 1): a CPU
+    that computes it natively; never a CUDA device (the module doc)."""
     if device.type == "cpu":
         flags = cpu_bf16_flags()
         return (bool(flags), f"the CPU has {' and '.join(flags)}" if flags
                 else f"the CPU has none of {' or '.join(NATIVE_CPU_FLAGS)}")
     if device.type == "cuda":
-        supported = bool(torch.cuda.is_bf16_supported())
-        return supported, f"CUDA device {device} {'supports' if supported else 'lacks'} bf16"
+        return False, (f"a CUDA learner ({device}) is bound by kernel launches at these "
+                       f"sizes, which bf16's casts add to (bench.gpu_smoke)")
     return False, f"device {device.type!r} is not known to run bf16 natively"
 
 
