@@ -60,7 +60,10 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p.add_argument("--max_parallel", type=int, default=2, help="trials at a time")
     p.add_argument("--pruner", default="median",
                    help="the search's pruner (alf-sweep --pruner): median, percentile, "
-                        "successive_halving or none")
+                        "successive_halving, halving or none")
+    p.add_argument("--halving_factor", type=int, default=None,
+                   help="alf-sweep --halving_factor (--pruner halving; default: the "
+                        "command's)")
     p.add_argument("--prune_percentile", type=float, default=None,
                    help="alf-sweep --prune_percentile (--pruner percentile; default: "
                         "the command's)")
@@ -118,12 +121,13 @@ def main(argv: List[str] = None) -> None:
              "optuna": ["--search=optuna", f"--num_trials={args.trials}",
                         f"--pruner={args.pruner}"]
              + [f"--{name}={getattr(args, name)}"
-                for name in ("prune_percentile", "prune_after_env_steps")
+                for name in ("prune_percentile", "prune_after_env_steps", "halving_factor")
                 if getattr(args, name) is not None]
              + [f"--sweep={s}" for s in SPACE]}
     result: Dict[str, Any] = {"bench": "sweep_search", "gin_file": args.gin_file,
                               "pruner": args.pruner, "prune_percentile": args.prune_percentile,
                               "prune_after_env_steps": args.prune_after_env_steps,
+                              "halving_factor": args.halving_factor,
                               "trials": args.trials, "env_steps_per_trial": args.env_steps}
     try:
         for name in args.sweeps:

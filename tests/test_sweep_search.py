@@ -149,6 +149,11 @@ def test_pruning_waits_a_third_of_the_budget_unless_told(tmp_path):
     assert "pruner percentile top 25% (from 3000 env steps" in result.stdout
     result = run(command + ["--pruner=none"])
     assert "pruner none\n" in result.stdout
+    # synchronous halving: by default two rungs, the budget / the factor and the budget
+    result = run(command + ["--pruner=halving"])
+    assert result.returncode == 0, result.stderr
+    assert ("pruner halving (rungs at 2250, 9000 env steps; the best 1/4 of each rung "
+            "go on)") in result.stdout
 
 
 def test_percentile_pruner_keeps_only_the_top_percent(tmp_path):
@@ -189,6 +194,40 @@ def test_search_flags_are_checked(tmp_path):
             "optuna", 2, pruner="percentile", prune_percentile=percentile)) == 2
     assert sweep(root, gin, [], search=SearchOptions("optuna", 2)) == 2
     assert not os.path.exists(root)
+
+
+def test_halving_flags_are_checked(tmp_path, capsys):
+    """--pruner=halving needs a factor >= 2, a first rung below one env-step
+    budget that every trial shares; refused by name before anything starts."""
+    from alf_async.bin.sweep import SearchOptions, sweep
+
+    root = str(tmp_path / "s")
+    gin, space, budget = ["ppo_cartpole.gin"], [LEARNING_RATES], ["Trainer.num_env_steps=9000"]
+    for options, named in [
+            (SearchOptions("optuna", 4, pruner="halving", halving_factor=1),
+             "--halving_factor must be >= 2"),
+            (SearchOptions("optuna", 4, pruner="halving", prune_after_env_steps=9000),
+             "the first rung (9000 env steps) must be above 0 and below the trials' "
+             "budget (9000)"),
+            (SearchOptions("optuna", 4, pruner="halving", prune_after_env_steps=0),
+             "the first rung (0 env steps)")]:
+        assert sweep(root, gin, space, budget, search=options) == 2
+        assert named in capsys.readouterr().err
+    searched_budget = space + ["Trainer.num_env_steps=choice(4096, 8192)"]
+    assert sweep(root, gin, searched_budget, budget,
+                 search=SearchOptions("optuna", 4, pruner="halving")) == 2
+    assert "do not search Trainer.num_env_steps" in capsys.readouterr().err
+    assert not os.path.exists(root)
+
+
+def test_halving_rungs():
+    from alf_async.sweep.halving import halving_rungs
+
+    assert halving_rungs(100000, 4, 300000) == [100000, 300000]
+    assert halving_rungs(4096, 2, 12288) == [4096, 8192, 12288]
+    assert halving_rungs(1000, 3, 9000) == [1000, 3000, 9000]
+    with pytest.raises(ValueError, match="factor must be >= 2"):
+        halving_rungs(1000, 1, 9000)
 
 
 # -- real searches ----------------------------------------------------------------
@@ -276,3 +315,95 @@ def test_search_resumes_after_ctrl_c_without_losing_or_repeating_a_trial(tmp_pat
     again = run(command)
     assert again.returncode == 0
     assert again.stderr.count("complete earlier, skipped") == 3
+
+
+# -- synchronous successive halving -----------------------------------------------
+
+HALVING_STEPS = 12288  # 12 iterations; rungs at 4096 (a third), 8192 and 12288
+
+
+def halving_command(root):
+    return search_command(root, [LEARNING_RATES], HALVING_STEPS,
+                          ["--num_trials=4", "--max_parallel=2", "--pruner=halving",
+                           "--halving_factor=2", "--prune_after_env_steps=4096"])
+
+
+def check_halving_study(root, stderr):
+    """4 trials, factor 2: all four reach rung 0, the best two rung 1, the best
+    one the budget; the others pruned at their rung, each by its rung value,
+    and every trial's metrics rows once each (paused trials resumed from their
+    checkpoints, not run again)."""
+    study = load_study(root)
+    trials = {t.number: t for t in study.trials}
+    assert len(trials) == 4
+    states = {n: t.state.name for n, t in trials.items()}
+    assert sorted(states.values()) == ["COMPLETE", "PRUNED", "PRUNED", "PRUNED"], states
+    rungs = {n: {int(k): v for k, v in t.user_attrs["rung_values"].items()}
+             for n, t in trials.items()}
+    assert all(0 in r for r in rungs.values())
+    # rung 0: the two below the others' values were pruned there
+    went_on = [n for n in trials if 1 in rungs[n]]
+    assert len(went_on) == 2
+    assert min(rungs[n][0] for n in went_on) >= max(
+        rungs[n][0] for n in trials if n not in went_on), rungs
+    (winner,) = [n for n, s in states.items() if s == "COMPLETE"]
+    assert winner in went_on and rungs[winner][1] >= max(rungs[n][1] for n in went_on)
+    rates = {n: t.params["PPOLearner.learning_rate"] for n, t in trials.items()}
+    assert rates[winner] == "2.5e-3"
+    summary = read_summary(root)
+    for n, trial in trials.items():
+        run_dir = os.path.join(root, f"trial_{n:04d}")
+        iterations = metrics_iterations(run_dir)
+        assert iterations == list(range(1, len(iterations) + 1)), (n, iterations)
+        if n == winner:
+            assert len(iterations) == HALVING_STEPS // 1024
+            assert summary[f"trial_{n:04d}"]["status"] == "complete"
+        else:
+            assert len(iterations) < HALVING_STEPS // 1024
+            assert summary[f"trial_{n:04d}"]["status"] == "pruned"
+            last_rung = max(rungs[n])
+            assert float(summary[f"trial_{n:04d}"]["objective"]) == pytest.approx(
+                rungs[n][last_rung])
+            assert re.search(rf"trial_{n:04d}: pruned at rung {last_rung} ", stderr)
+    for n in went_on:  # paused at rung 0, then resumed from its checkpoint
+        with open(os.path.join(root, f"trial_{n:04d}", "train_output.txt")) as f:
+            assert f.read().count("\n=== ") >= 2
+    return winner
+
+
+def test_halving_pauses_every_trial_at_a_rung_and_resumes_the_best(tmp_path):
+    root = str(tmp_path / "halving")
+    result = run(halving_command(root))
+    assert result.returncode == 0, result.stderr
+    assert "rungs at 4096, 8192, 12288 env steps; the best 1/2 of each rung go on" \
+        in result.stderr
+    winner = check_halving_study(root, result.stderr)
+    assert f"best trial: trial_{winner:04d}" in result.stdout
+    # no trial started before every trial of the rung before it had stopped
+    lines = result.stderr.splitlines()
+    first_resume = next(i for i, line in enumerate(lines) if ": resumed (" in line)
+    assert sum("; paused until every trial has reached it" in line
+               for line in lines[:first_resume]) == 4
+
+
+def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
+    root = str(tmp_path / "halving")
+    command = halving_command(root)
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # the third trial starts once one of the first two is paused at rung 0
+        wait_for_training(os.path.join(root, "trial_0002"), "the third trial")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "; paused until every trial has reached it" in err
+    assert all(t.state.name == "RUNNING" for t in load_study(root).trials)
+
+    result = run(command)
+    assert result.returncode == 0, result.stderr
+    check_halving_study(root, err + result.stderr)

@@ -14,6 +14,9 @@ Search (Optuna; ``pip install -e ".[sweep]"``)::
         --sweep='PPOLearner.learning_rate=loguniform(1e-5, 1e-2)' \\
         --sweep='PPOLearner.num_epochs=int(2, 10)'
 
+    (--pruner=halving: every trial to a rung, the best 1/--halving_factor on to
+    the next, resumed from where they paused; docs/sweeps.md)
+
 Sweep syntax (``--sweep``, repeatable; docs/sweeps.md):
 
 - ``NAME=[v1, v2, ...]``: a gin binding and its values (gin source text).
@@ -73,6 +76,7 @@ class SearchOptions:
     prune_after_env_steps: Optional[int] = None  # None: a third of a trial's budget
     seed: int = 0
     prune_percentile: float = 25.0
+    halving_factor: int = 4
 
 
 def define_flags() -> None:
@@ -95,18 +99,23 @@ def define_flags() -> None:
                         "'episode_return' (mean of the last 100 training episodes) or "
                         "'auto' (eval_return when the runs evaluate)")
     flags.DEFINE_string("pruner", SearchOptions.pruner, "stop trials that lag: 'median', "
-                        "'percentile' (see --prune_percentile), 'successive_halving' or "
-                        "'none'")
+                        "'percentile' (see --prune_percentile), 'successive_halving' "
+                        "(asynchronous), 'halving' (synchronous: every trial to a rung, "
+                        "the best 1/--halving_factor go on) or 'none'")
     flags.DEFINE_float("prune_percentile", SearchOptions.prune_percentile,
                        "--pruner=percentile: a trial goes on only while it is in the top "
                        "this many percent of the complete trials at the same env steps "
                        "(50 is the median pruner; smaller prunes more)")
+    flags.DEFINE_integer("halving_factor", SearchOptions.halving_factor,
+                         "--pruner=halving: 1 / the share of a rung's trials that go on, "
+                         "and the factor between the env steps of two rungs")
     flags.DEFINE_integer("prune_after_trials", SearchOptions.prune_after_trials,
                          "complete trials before pruning starts")
     flags.DEFINE_integer("prune_after_env_steps", SearchOptions.prune_after_env_steps,
                          "env steps a trial runs before it can be pruned (default: a "
                          "third of its budget, Trainer.num_env_steps: early returns are "
-                         "mostly noise)")
+                         "mostly noise); --pruner=halving: its first rung (default: the "
+                         "budget / --halving_factor)")
     flags.DEFINE_integer("search_seed", SearchOptions.seed, "seeds the search's sampler")
     flags.DEFINE_string("backend", "local", "where runs run: 'local' (this machine) or "
                         "'ray' (a Ray cluster)")
@@ -169,16 +178,22 @@ def _check_options(search: SearchOptions, placement: PlacementOptions,
         return "--prune_after_trials and --prune_after_env_steps must be >= 0"
     if search.pruner == "percentile" and not 0 < search.prune_percentile < 100:
         return f"--prune_percentile must be in (0, 100), got {search.prune_percentile}"
+    if search.pruner == "halving" and search.halving_factor < 2:
+        return f"--halving_factor must be >= 2, got {search.halving_factor}"
     if importlib.util.find_spec("optuna") is None:
         return ("--search needs Optuna, which is not installed; install it with "
                 f"pip install -e \".[sweep]\" or pip install \"{OPTUNA_REQUIREMENT}\"")
     return None
 
 
-def _pruning_after(search: SearchOptions, env_steps: int) -> str:
+def _pruning_after(search: SearchOptions, env_steps: int,
+                   rungs: Optional[Sequence[int]] = None) -> str:
     """When the pruner may act, for the sweep's first line."""
     if search.pruner == "none":
         return ""
+    if rungs:
+        return (f" (rungs at {', '.join(str(r) for r in rungs)} env steps; the best "
+                f"1/{search.halving_factor} of each rung go on)")
     top = f" top {search.prune_percentile:g}%" if search.pruner == "percentile" else ""
     return (f"{top} (from {env_steps} env steps of a trial and {search.prune_after_trials} "
             "complete trial(s) on)")
@@ -230,6 +245,8 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
             prune_after_env_steps = (
                 default_prune_after_env_steps(gin_paths, gin_params)
                 if search.prune_after_env_steps is None else search.prune_after_env_steps)
+            rungs = (_halving_rungs(search, dimensions, gin_paths, gin_params)
+                     if search.pruner == "halving" else None)
         else:
             specs = run_specs([parse_sweep(s) for s in sweeps])
     except (ConfigError, SweepSyntaxError) as e:
@@ -238,7 +255,7 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
         if search.search:
             print(f"{search.search} search, {search.num_trials} trial(s), objective "
                   f"{search.objective} {metric}, pruner {search.pruner}"
-                  f"{_pruning_after(search, prune_after_env_steps)}")
+                  f"{_pruning_after(search, prune_after_env_steps, rungs)}")
             for dimension in dimensions:
                 print(f"  {dimension.describe()}")
         else:
@@ -272,10 +289,17 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
                                   search.pruner, search.prune_after_trials,
                                   prune_after_env_steps, search.seed,
                                   search.prune_percentile)
-        runner = SearchRunner(root_dir, gin_paths, dimensions, settings, **common)
+        if rungs:
+            from alf_async.sweep.halving import HalvingSearchRunner
+
+            runner = HalvingSearchRunner(root_dir, gin_paths, dimensions, settings,
+                                         rungs=rungs, factor=search.halving_factor,
+                                         **common)
+        else:
+            runner = SearchRunner(root_dir, gin_paths, dimensions, settings, **common)
         what = (f"{search.search} search of {search.num_trials} trial(s), objective "
                 f"{search.objective} {metric}, pruner {search.pruner}"
-                f"{_pruning_after(search, prune_after_env_steps)}")
+                f"{_pruning_after(search, prune_after_env_steps, rungs)}")
     else:
         runner = SweepRunner(root_dir, gin_paths, specs, **common)
         what = f"{len(specs)} run(s)"
@@ -305,6 +329,34 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
         return ExitCode.SIGINT if runner.stop_signal == signal.SIGINT else ExitCode.SIGTERM
     good = ("done", "complete", "pruned")
     return 0 if all(o.status in good for o in outcomes) else 1
+
+
+def _halving_rungs(search: SearchOptions, dimensions, gin_paths: Sequence[str],
+                   gin_params: Sequence[str]) -> List[int]:
+    """--pruner=halving's rungs, the first at --prune_after_env_steps or, by
+    default, the budget / --halving_factor (two rungs: every trial to a
+    factor-th of its budget, the best factor-th of them to the end);
+    ``ConfigError`` where the trials have no fixed env-step budget to end at."""
+    from alf_async.config import ConfigError
+    from alf_async.sweep.halving import halving_rungs
+    from alf_async.sweep.trial_config import trial_budget_env_steps
+
+    for dimension in dimensions:
+        if "Trainer.num_env_steps" in dimension.names:
+            raise ConfigError(f"--sweep={dimension.text!r}: --pruner=halving needs one "
+                              "budget for every trial (its last rung); do not search "
+                              "Trainer.num_env_steps")
+    budget = trial_budget_env_steps(gin_paths, gin_params)
+    if budget <= 0:
+        raise ConfigError("--pruner=halving needs Trainer.num_env_steps (the trials' "
+                          "budget, its last rung); the configuration sets none")
+    first_env_steps = (budget // search.halving_factor if search.prune_after_env_steps is None
+                       else search.prune_after_env_steps)
+    try:
+        return halving_rungs(first_env_steps, search.halving_factor, budget)
+    except ValueError as e:
+        raise ConfigError(f"--pruner=halving: {e} (--prune_after_env_steps sets the first "
+                          "rung)") from None
 
 
 def report_grid(runner, outcomes, warmup, threshold) -> None:
@@ -358,7 +410,7 @@ def main(argv: List[str]) -> None:
     search = SearchOptions(FLAGS.search, FLAGS.num_trials, FLAGS.objective,
                            FLAGS.objective_metric, FLAGS.pruner, FLAGS.prune_after_trials,
                            FLAGS.prune_after_env_steps, FLAGS.search_seed,
-                           FLAGS.prune_percentile)
+                           FLAGS.prune_percentile, FLAGS.halving_factor)
     placement = PlacementOptions(FLAGS.backend, FLAGS.address, FLAGS.shared_dir,
                                  FLAGS["max_parallel"].present)
     sys.exit(sweep(FLAGS.root_dir, FLAGS.gin_file or [], FLAGS.sweep or [],

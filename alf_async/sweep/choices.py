@@ -3,4 +3,4 @@ so that ``alf-sweep`` checks its flags before Optuna is imported, or when it is
 not installed."""
 
 SAMPLERS = ("optuna", "random")  # --search
-PRUNERS = ("median", "percentile", "successive_halving", "none")  # --pruner
+PRUNERS = ("median", "percentile", "successive_halving", "halving", "none")  # --pruner

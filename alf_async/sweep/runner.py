@@ -73,7 +73,8 @@ class RunOutcome:
 
     spec: RunSpec
     run_dir: str
-    status: str  # done | failed | interrupted | killed | pending | running | locked | pruned
+    # done | failed | interrupted | killed | pending | running | locked | pruned | paused
+    status: str
     exit_code: Optional[int] = None
     elapsed_s: Optional[float] = None  # process time of the last attempt
     skipped: bool = False  # finished by an earlier invocation
@@ -245,6 +246,10 @@ class SweepRunner:
     def _on_finished(self, outcome: RunOutcome, active: ActiveRun) -> None:
         """A run's process ended (a search tells its study)."""
 
+    def _on_started(self, spec: RunSpec) -> None:
+        """A train process of the run starts (again): its metrics are read
+        from the first row on."""
+
     # ------------------------------------------------------------------------------
     def _run_all(self) -> List[RunOutcome]:
         self._prepare()
@@ -330,6 +335,7 @@ class SweepRunner:
                    "unless an earlier sweep brought a checkpoint back)")
         self.log(f"[sweep] {active.spec.name}: lost its node ({why}) on "
                  f"{active.process.where}; running it again {how}")
+        self._on_started(active.spec)
         active.process = self.launcher.start(
             outcome.run_dir, self.arguments(active.spec),
             os.path.join(outcome.run_dir, OUTPUT_FILE), self._cpus(active.spec))
@@ -361,6 +367,7 @@ class SweepRunner:
             "exit_code": None, "train_arguments": self.arguments(spec),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         output_path = os.path.join(run_dir, OUTPUT_FILE)
+        self._on_started(spec)
         process = self.launcher.start(run_dir, self.arguments(spec), output_path,
                                       self._cpus(spec))
         self.outcomes[spec.name].status = "running"

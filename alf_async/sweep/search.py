@@ -31,6 +31,8 @@ best percentile: 25 keeps only trials in the top quarter), and
 ``successive_halving`` (asynchronous successive halving, with env steps as the
 resource); each acts only after ``prune_after_trials``
 trials are complete and once a trial has ``prune_after_env_steps`` env steps.
+``halving`` (synchronous successive halving: every trial paused at a rung
+until all have reached it) is ``halving.HalvingSearchRunner``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import optuna
 from optuna.trial import Trial, TrialState
@@ -66,7 +68,7 @@ class SearchSettings:
         objective: "final" or "auc" (``objective.py``).
         metric: the metrics key the objective reads (``eval_return`` or
             ``episode_return``).
-        pruner: "median", "percentile", "successive_halving" or "none".
+        pruner: "median", "percentile", "successive_halving", "halving" or "none".
         prune_after_trials: complete trials before the pruner acts.
         prune_after_env_steps: env steps a trial runs before it can be pruned.
         seed: seeds the sampler.
@@ -146,6 +148,7 @@ def _pruner(settings: SearchSettings):
     if settings.pruner == "successive_halving":
         return WarmedPruner(optuna.pruners.SuccessiveHalvingPruner(),
                             settings.prune_after_trials, settings.prune_after_env_steps)
+    # "none", and "halving", whose trials the sweep itself stops at each rung
     return optuna.pruners.NopPruner()
 
 
@@ -192,12 +195,12 @@ class SearchRunner(SweepRunner):
         for frozen in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
             spec = self._spec(frozen)
             run_dir = self.run_dir(spec)
+            self._load_trial(spec, frozen)
             if frozen.state in (TrialState.RUNNING, TrialState.WAITING):
                 # left running by an interrupted sweep: resume it (same number and params)
-                self.outcomes[spec.name] = RunOutcome(spec, run_dir, "pending")
                 self._trials[spec.name] = Trial(self.study, frozen._trial_id)
                 self._reported[spec.name] = max(frozen.intermediate_values, default=-1)
-                self._queue.append(spec)
+                self._resume_running(spec, run_dir)
                 continue
             status = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
                 frozen.state, "failed")
@@ -205,6 +208,15 @@ class SearchRunner(SweepRunner):
             self.objectives[spec.name] = (frozen.value if frozen.state == TrialState.COMPLETE
                                           else frozen.user_attrs.get(OBJECTIVE_ATTR))
             self.log(f"[sweep] {spec.name}: {status} earlier, skipped")
+
+    def _load_trial(self, spec: RunSpec, frozen) -> None:
+        """What the sweep keeps of a trial found in the study (a halving
+        search: its rung values)."""
+
+    def _resume_running(self, spec: RunSpec, run_dir: str) -> None:
+        """A trial the study holds as running: queue it to resume."""
+        self.outcomes[spec.name] = RunOutcome(spec, run_dir, "pending")
+        self._queue.append(spec)
 
     def _total(self) -> int:
         return len(self._queue) + max(0, self.settings.num_trials - len(self.study.trials))
@@ -226,21 +238,33 @@ class SearchRunner(SweepRunner):
         return spec
 
     # -- feeding the pruner -----------------------------------------------------------
-    def _on_metrics(self, active: ActiveRun, rows: str) -> None:
+    def _on_started(self, spec: RunSpec) -> None:
+        self._rows[spec.name] = []  # a new process reads its metrics file from the start
+
+    def _curve(self, active: ActiveRun, rows: str) -> Optional[List[Tuple[int, float]]]:
+        """The trial's (env steps, metric) so far with ``rows`` added, each new
+        point reported to the study; None once the sweep is stopping it."""
         name = active.spec.name
         lines = self._rows.setdefault(name, [])
         lines.extend(rows.splitlines())
         if active.stop_reason:
-            return
+            return None
         curve = metric_curve(parse_metrics_lines(lines), self.settings.metric)
         trial = self._trials[name]
-        reported = False
         for i, (steps, _) in enumerate(curve):
             if steps > self._reported[name]:
                 trial.report(objective_value(curve[:i + 1], self.settings.objective), steps)
                 self._reported[name] = steps
-                reported = True
-        if reported and trial.should_prune():
+        return curve
+
+    def _on_metrics(self, active: ActiveRun, rows: str) -> None:
+        name = active.spec.name
+        reported_before = self._reported[name]
+        curve = self._curve(active, rows)
+        if curve is None:
+            return
+        trial = self._trials[name]
+        if self._reported[name] > reported_before and trial.should_prune():
             value = objective_value(curve, self.settings.objective)
             active.stop_reason = (f"pruned at {self._reported[name]} env steps, "
                                   f"{self.settings.objective} {self.settings.metric} "

@@ -10,7 +10,8 @@
   0)``: an integer >= 1), which would otherwise fail only when that trial starts.
 - ``default_objective_metric``: ``eval_return`` when the runs evaluate
   (``Trainer.eval_interval_env_steps > 0``), else ``episode_return``.
-- ``default_prune_after_env_steps``: a third of a trial's budget.
+- ``default_prune_after_env_steps``: a third of a trial's budget
+  (``trial_budget_env_steps``).
 - ``trial_cpus``: the CPUs one trial reserves on a Ray node, from the
   ``sampling_choice`` rules run backwards (see its docstring).
 
@@ -130,9 +131,15 @@ def default_prune_after_env_steps(gin_files: Sequence[str], gin_params: Sequence
     returns of the first iterations are mostly noise; a HalfCheetah search
     that pruned from the start stopped trials at 16k-49k of 300k env steps,
     where every trial still walks at random)."""
+    return trial_budget_env_steps(gin_files, gin_params) // 3
+
+
+def trial_budget_env_steps(gin_files: Sequence[str], gin_params: Sequence[str] = ()
+                           ) -> int:
+    """A trial's budget, ``Trainer.num_env_steps`` (0 if it has none)."""
     parse_config(gin_files, gin_params)
     budget = binding_value("Trainer.num_env_steps")
-    return int(budget) // 3 if _is_number(budget) and budget > 0 else 0
+    return int(budget) if _is_number(budget) and budget > 0 else 0
 
 
 @dataclass(frozen=True)
