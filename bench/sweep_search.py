@@ -64,6 +64,12 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p.add_argument("--halving_factor", type=int, default=None,
                    help="alf-sweep --halving_factor (--pruner halving; default: the "
                         "command's)")
+    p.add_argument("--halving_brackets", type=int, default=None,
+                   help="alf-sweep --halving_brackets (--pruner halving; default: the "
+                        "command's)")
+    p.add_argument("--search_seed", type=int, default=None,
+                   help="alf-sweep --search_seed (the sampler's seed; default: the "
+                        "command's, 0)")
     p.add_argument("--prune_percentile", type=float, default=None,
                    help="alf-sweep --prune_percentile (--pruner percentile; default: "
                         "the command's)")
@@ -121,13 +127,16 @@ def main(argv: List[str] = None) -> None:
              "optuna": ["--search=optuna", f"--num_trials={args.trials}",
                         f"--pruner={args.pruner}"]
              + [f"--{name}={getattr(args, name)}"
-                for name in ("prune_percentile", "prune_after_env_steps", "halving_factor")
+                for name in ("prune_percentile", "prune_after_env_steps", "halving_factor",
+                             "halving_brackets", "search_seed")
                 if getattr(args, name) is not None]
              + [f"--sweep={s}" for s in SPACE]}
     result: Dict[str, Any] = {"bench": "sweep_search", "gin_file": args.gin_file,
                               "pruner": args.pruner, "prune_percentile": args.prune_percentile,
                               "prune_after_env_steps": args.prune_after_env_steps,
                               "halving_factor": args.halving_factor,
+                              "halving_brackets": args.halving_brackets,
+                              "search_seed": args.search_seed,
                               "trials": args.trials, "env_steps_per_trial": args.env_steps}
     try:
         for name in args.sweeps:

@@ -213,6 +213,10 @@ def test_halving_flags_are_checked(tmp_path, capsys):
              "the first rung (0 env steps)")]:
         assert sweep(root, gin, space, budget, search=options) == 2
         assert named in capsys.readouterr().err
+    assert sweep(root, gin, space, budget, search=SearchOptions(
+        "optuna", 4, pruner="halving", halving_brackets=5)) == 2
+    assert "--halving_brackets must be between 1 and --num_trials (4), got 5" in \
+        capsys.readouterr().err
     searched_budget = space + ["Trainer.num_env_steps=choice(4096, 8192)"]
     assert sweep(root, gin, searched_budget, budget,
                  search=SearchOptions("optuna", 4, pruner="halving")) == 2
@@ -407,3 +411,23 @@ def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
     result = run(command)
     assert result.returncode == 0, result.stderr
     check_halving_study(root, err + result.stderr)
+
+
+def test_halving_brackets_draw_each_bracket_after_the_one_before(tmp_path):
+    """--halving_brackets=2: trials 0-1 halve (rungs 4096, 8192, 12288: one
+    goes on at each), and trials 2-3 are drawn only once that bracket has
+    finished, so the sampler has its results; each bracket completes one."""
+    root = str(tmp_path / "brackets")
+    result = run(halving_command(root) + ["--halving_brackets=2"])
+    assert result.returncode == 0, result.stderr
+    assert "of each rung go on in 2 brackets drawn one after the other" in result.stderr
+    study = load_study(root)
+    states = [t.state.name for t in study.trials]
+    assert len(states) == 4
+    assert sorted(states[:2]) == ["COMPLETE", "PRUNED"]
+    assert sorted(states[2:]) == ["COMPLETE", "PRUNED"]
+    lines = result.stderr.splitlines()
+    first_of_second = next(i for i, line in enumerate(lines) if "trial_0002: started" in line)
+    bracket_one_done = [i for i, line in enumerate(lines)
+                        if re.search(r"trial_000[01]: final episode_return", line)]
+    assert len(bracket_one_done) == 1 and bracket_one_done[0] < first_of_second

@@ -77,6 +77,7 @@ class SearchOptions:
     seed: int = 0
     prune_percentile: float = 25.0
     halving_factor: int = 4
+    halving_brackets: int = 1
 
 
 def define_flags() -> None:
@@ -109,6 +110,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("halving_factor", SearchOptions.halving_factor,
                          "--pruner=halving: 1 / the share of a rung's trials that go on, "
                          "and the factor between the env steps of two rungs")
+    flags.DEFINE_integer("halving_brackets", SearchOptions.halving_brackets,
+                         "--pruner=halving: split the trials into this many successive "
+                         "halvings; each bracket's trials are drawn once the one before "
+                         "has finished, so that TPE (--search=optuna) learns from it")
     flags.DEFINE_integer("prune_after_trials", SearchOptions.prune_after_trials,
                          "complete trials before pruning starts")
     flags.DEFINE_integer("prune_after_env_steps", SearchOptions.prune_after_env_steps,
@@ -180,6 +185,9 @@ def _check_options(search: SearchOptions, placement: PlacementOptions,
         return f"--prune_percentile must be in (0, 100), got {search.prune_percentile}"
     if search.pruner == "halving" and search.halving_factor < 2:
         return f"--halving_factor must be >= 2, got {search.halving_factor}"
+    if search.pruner == "halving" and not 1 <= search.halving_brackets <= search.num_trials:
+        return (f"--halving_brackets must be between 1 and --num_trials "
+                f"({search.num_trials}), got {search.halving_brackets}")
     if importlib.util.find_spec("optuna") is None:
         return ("--search needs Optuna, which is not installed; install it with "
                 f"pip install -e \".[sweep]\" or pip install \"{OPTUNA_REQUIREMENT}\"")
@@ -192,8 +200,10 @@ def _pruning_after(search: SearchOptions, env_steps: int,
     if search.pruner == "none":
         return ""
     if rungs:
+        brackets = (f" in {search.halving_brackets} brackets drawn one after the other"
+                    if search.halving_brackets > 1 else "")
         return (f" (rungs at {', '.join(str(r) for r in rungs)} env steps; the best "
-                f"1/{search.halving_factor} of each rung go on)")
+                f"1/{search.halving_factor} of each rung go on{brackets})")
     top = f" top {search.prune_percentile:g}%" if search.pruner == "percentile" else ""
     return (f"{top} (from {env_steps} env steps of a trial and {search.prune_after_trials} "
             "complete trial(s) on)")
@@ -294,7 +304,7 @@ def sweep(root_dir: str, gin_files: Sequence[str], sweeps: Sequence[str],
 
             runner = HalvingSearchRunner(root_dir, gin_paths, dimensions, settings,
                                          rungs=rungs, factor=search.halving_factor,
-                                         **common)
+                                         brackets=search.halving_brackets, **common)
         else:
             runner = SearchRunner(root_dir, gin_paths, dimensions, settings, **common)
         what = (f"{search.search} search of {search.num_trials} trial(s), objective "
@@ -410,7 +420,8 @@ def main(argv: List[str]) -> None:
     search = SearchOptions(FLAGS.search, FLAGS.num_trials, FLAGS.objective,
                            FLAGS.objective_metric, FLAGS.pruner, FLAGS.prune_after_trials,
                            FLAGS.prune_after_env_steps, FLAGS.search_seed,
-                           FLAGS.prune_percentile, FLAGS.halving_factor)
+                           FLAGS.prune_percentile, FLAGS.halving_factor,
+                           FLAGS.halving_brackets)
     placement = PlacementOptions(FLAGS.backend, FLAGS.address, FLAGS.shared_dir,
                                  FLAGS["max_parallel"].present)
     sys.exit(sweep(FLAGS.root_dir, FLAGS.gin_file or [], FLAGS.sweep or [],

@@ -17,9 +17,17 @@ This is Hyperband's inner loop (Li et al., 2018), synchronous, so that every
 trial of a rung is judged against the same set, unlike the asynchronous
 ``successive_halving`` pruner, which judges a trial against those that reached
 the rung before it and so keeps most of the first ones. A trial is never run
-twice: the promoted ones go on from where they stopped. As every trial is drawn
-before any is judged, the sampler has no results to learn from: ``optuna``
-(TPE) then draws as ``random`` does.
+twice: the promoted ones go on from where they stopped. As every trial of a
+bracket is drawn before any is judged, the sampler has no results to learn
+from within one bracket: with one bracket, ``optuna`` (TPE) draws as
+``random`` does.
+
+With ``brackets`` > 1 the study's trials are split by number into that
+many successive halvings, and a bracket's trials are drawn only once the
+bracket before it has finished: TPE then draws them from the earlier
+brackets' results (pruned trials count with their value at the rung where
+they stopped), the model-based Hyperband of BOHB (Falkner et al., 2018),
+run one bracket at a time.
 
 Resuming after an interrupted sweep: each trial's values at the rungs it has
 reached are kept in the study (a user attribute of the trial), and which
@@ -76,64 +84,91 @@ class HalvingSearchRunner(SearchRunner):
         rungs: env steps of each rung, the last the trials' budget
             (``halving_rungs``).
         factor: 1 / the share of a rung's trials that go on to the next.
+        brackets: the study's trials split, by number, into this many
+            successive halvings; a bracket's trials are drawn when the one
+            before it has finished, so that the sampler (TPE) learns from it.
     """
 
-    def __init__(self, *args, rungs: Sequence[int], factor: int, **kwargs):
+    def __init__(self, *args, rungs: Sequence[int], factor: int, brackets: int = 1,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         if len(rungs) < 2:
             raise ValueError(f"halving needs at least two rungs, got {list(rungs)}")
+        if brackets < 1:
+            raise ValueError(f"halving needs at least one bracket, got {brackets}")
         self.rungs = list(rungs)
         self.factor = factor
+        self.brackets = brackets
         self._rung_values: Dict[str, Dict[int, float]] = {}
+        self._numbers: Dict[str, int] = {}  # trial name -> its number in the study
 
     # -- the study --------------------------------------------------------------
     def _load_trial(self, spec: RunSpec, frozen) -> None:
         saved = frozen.user_attrs.get(RUNG_VALUES_ATTR) or {}
         self._rung_values[spec.name] = {int(k): float(v) for k, v in saved.items()}
+        self._numbers[spec.name] = frozen.number
 
     def _resume_running(self, spec: RunSpec, run_dir: str) -> None:
         # the plan decides whether it trains on now or waits for its rung
         self.outcomes[spec.name] = RunOutcome(spec, run_dir, "paused")
 
     def _next_spec(self) -> Optional[RunSpec]:
-        if self._queue or len(self.study.trials) < self.settings.num_trials:
-            spec = super()._next_spec()
+        if self._queue:
+            return self._queue.popleft()
+        bracket, todo, drawing = self._plan()
+        if drawing:
+            spec = super()._next_spec()  # draws the bracket's next trial
             self._rung_values.setdefault(spec.name, {})
+            self._numbers[spec.name] = self._trials[spec.name].number
             return spec
-        queued = {s.name for s in self._queue}
-        self._queue.extend(self.outcomes[name].spec for name in self._startable()
-                           if name not in queued)
+        self._queue.extend(self.outcomes[name].spec for name in todo
+                           if self.outcomes[name].status in STARTABLE)
         return self._queue.popleft() if self._queue else None
 
     def _more_to_come(self) -> bool:
-        return (bool(self._queue) or len(self.study.trials) < self.settings.num_trials
-                or bool(self._startable()))
+        if self._queue:
+            return True
+        _, todo, drawing = self._plan()
+        return drawing or any(self.outcomes[name].status in STARTABLE for name in todo)
 
-    def _startable(self) -> List[str]:
-        return [name for name in self._plan()[1] if self.outcomes[name].status in STARTABLE]
+    def _bracket_size(self) -> int:
+        return -(-self.settings.num_trials // self.brackets)
 
-    def _plan(self) -> Tuple[int, List[str]]:
-        """(the rung now trained to, the trials still to reach it). Works the
+    def _plan(self) -> Tuple[Optional[int], List[str], bool]:
+        """(the first bracket not finished, None when all are; its trials still
+        to reach its current rung; whether it still draws trials). A bracket's
+        trials are drawn once the brackets before it have finished, so that the
+        sampler draws them from those results."""
+        size = self._bracket_size()
+        for bracket in range(-(-self.settings.num_trials // size)):
+            names = [name for name in self.outcomes if self._numbers[name] // size == bracket]
+            drawing = len(names) < min(size, self.settings.num_trials - bracket * size)
+            todo = self._bracket_plan(names, judge=not drawing)
+            if todo or drawing:
+                return bracket, todo, drawing
+        return None, [], False
+
+    def _bracket_plan(self, names: Sequence[str], judge: bool) -> List[str]:
+        """The trials of one bracket still to reach its current rung. Works the
         rungs out from the values recorded so far, pruning the trials that a
-        finished rung leaves out (once each)."""
-        taking_part = [name for name in self.outcomes
-                       if self.outcomes[name].status not in OUT]
+        finished rung leaves out (once each); nothing is judged unless
+        ``judge`` (every trial of the bracket drawn)."""
+        taking_part = [name for name in names if self.outcomes[name].status not in OUT]
         for rung in range(len(self.rungs) - 1):
             # a trial that has reached the rung counts once its process has stopped
             missing = [name for name in taking_part
                        if rung not in self._rung_values.get(name, {})
                        or self.outcomes[name].status == "running"]
-            if missing:
-                return rung, missing
+            if missing or not judge:
+                return missing
             ranked = sorted(taking_part, key=lambda name: -self._rung_values[name][rung])
             keep = max(1, len(ranked) // self.factor)
             for name in ranked[keep:]:
                 self._prune(name, rung, keep, len(ranked))
             taking_part = [name for name in ranked[:keep]
                            if self.outcomes[name].status != "pruned"]
-        last = len(self.rungs) - 1
-        return last, [name for name in taking_part
-                      if self.outcomes[name].status not in ("complete", "done")]
+        return [name for name in taking_part
+                if self.outcomes[name].status not in ("complete", "done")]
 
     def _prune(self, name: str, rung: int, keep: int, of: int) -> None:
         outcome = self.outcomes[name]
