@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 from typing import Dict, List
@@ -33,3 +34,20 @@ def wait_for_training(run_dir: str, what: str, timeout: float = 120) -> None:
     metrics = os.path.join(run_dir, "metrics.jsonl")
     assert wait_until(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
                       timeout=timeout), f"{what} did not start training"
+
+
+def interrupt_once_training(cmd: List[str], run_dir: str, what: str,
+                            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Start the sweep ``cmd``, send it Ctrl-C (SIGINT) once the run in
+    ``run_dir`` has trained an iteration, and wait for it to exit."""
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_training(run_dir, what)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

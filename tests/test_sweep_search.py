@@ -1,13 +1,12 @@
 """Searches (alf-sweep --search): the space syntax and its checks, objectives,
-and real Optuna studies on CartPole: pruning, best trial, resume after Ctrl-C."""
+and real Optuna studies on CartPole: pruning, synchronous halving, best trial,
+resume after Ctrl-C."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import signal
-import subprocess
 
 import pytest
 
@@ -15,8 +14,7 @@ from alf_async.iteration_record import IterationRecord
 from alf_async.sweep.grid import SweepSyntaxError
 from alf_async.sweep.objective import metric_curve, objective_value
 from alf_async.sweep.space import is_distribution, parse_dimension, parse_space, trial_params
-from conftest import REPO_ROOT
-from sweep_helpers import SWEEP_COMMAND, read_summary, run, wait_for_training
+from sweep_helpers import SWEEP_COMMAND, interrupt_once_training, read_summary, run
 
 optuna = pytest.importorskip("optuna")
 
@@ -283,17 +281,10 @@ def test_search_resumes_after_ctrl_c_without_losing_or_repeating_a_trial(tmp_pat
     steps = 12288  # 12 iterations
     command = search_command(root, ["PPOLearner.clip_ratio=uniform(0.1, 0.3)"], steps,
                              ["--num_trials=3", "--max_parallel=2", "--pruner=none"])
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_training(os.path.join(root, "trial_0000"), "the first trial")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
+    stopped = interrupt_once_training(command, os.path.join(root, "trial_0000"),
+                                      "the first trial")
+    err = stopped.stderr
+    assert stopped.returncode == 130, err
     assert "trial_0000: stays running in the study" in err
     interrupted = {t.number: t for t in load_study(root).trials}
     assert interrupted[0].state.name == "RUNNING"
@@ -393,18 +384,11 @@ def test_halving_pauses_every_trial_at_a_rung_and_resumes_the_best(tmp_path):
 def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
     root = str(tmp_path / "halving")
     command = halving_command(root)
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        # the third trial starts once one of the first two is paused at rung 0
-        wait_for_training(os.path.join(root, "trial_0002"), "the third trial")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
+    # the third trial starts once one of the first two is paused at rung 0
+    stopped = interrupt_once_training(command, os.path.join(root, "trial_0002"),
+                                      "the third trial")
+    err = stopped.stderr
+    assert stopped.returncode == 130, err
     assert "; paused until every trial has reached it" in err
     assert all(t.state.name == "RUNNING" for t in load_study(root).trials)
 
