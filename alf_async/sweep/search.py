@@ -40,14 +40,14 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import optuna
 from optuna.trial import Trial, TrialState
 
 from alf_async.reporting.run_metrics import parse_metrics_lines, read_metrics
 from alf_async.sweep.grid import RunSpec
-from alf_async.sweep.objective import metric_curve, objective_value
+from alf_async.sweep.objective import Curve, metric_curve, objective_value
 from alf_async.sweep.runner import ActiveRun, RunOutcome, SweepRunner
 from alf_async.sweep.space import Dimension, optuna_distribution, trial_params
 
@@ -241,7 +241,7 @@ class SearchRunner(SweepRunner):
     def _on_started(self, spec: RunSpec) -> None:
         self._rows[spec.name] = []  # a new process reads its metrics file from the start
 
-    def _curve(self, active: ActiveRun, rows: str) -> Optional[List[Tuple[int, float]]]:
+    def _curve(self, active: ActiveRun, rows: str) -> Optional[Curve]:
         """The trial's (env steps, metric) so far with ``rows`` added, each new
         point reported to the study; None once the sweep is stopping it."""
         name = active.spec.name
