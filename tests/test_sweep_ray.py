@@ -83,6 +83,29 @@ def test_copied_directories_come_back(cluster, tmp_path):
 
 
 @pytest.mark.slow
+def test_halving_resumes_paused_trials_from_their_copied_directories(cluster, tmp_path):
+    """A halving search with node-local copies: a trial paused at a rung comes
+    back with its checkpoint, and the one that goes on is shipped out again
+    and resumes from it (its metrics rows once each, its budget reached)."""
+    root = str(tmp_path / "halving")
+    result = run(SWEEP + [f"--root_dir={root}", f"--address={cluster.address}",
+                          "--search=random", "--num_trials=2", "--pruner=halving",
+                          "--halving_factor=2", "--prune_after_env_steps=2048",
+                          "--sweep=PPOLearner.clip_ratio=uniform(0.1, 0.3)",
+                          "--gin_param=Trainer.num_env_steps=4096"])
+    assert result.returncode == 0, result.stderr
+    rows = read_summary(root)
+    assert sorted(rows[n]["status"] for n in rows) == ["complete", "pruned"]
+    (winner,) = [n for n in rows if rows[n]["status"] == "complete"]
+    (loser,) = [n for n in rows if rows[n]["status"] == "pruned"]
+    assert rows[winner]["iterations"] == "4" and rows[loser]["iterations"] == "2"
+    with open(os.path.join(root, winner, "metrics.jsonl")) as f:
+        assert [json.loads(line)["iteration"] for line in f if line.strip()] == [1, 2, 3, 4]
+    with open(os.path.join(root, winner, "log.txt")) as f:
+        assert "resumed from" in f.read().lower()
+
+
+@pytest.mark.slow
 def test_search_survives_a_node_removed_mid_trial(cluster, tmp_path):
     """Last in this module: it removes the worker node (a node added back
     here would count as this test's leftover process)."""
