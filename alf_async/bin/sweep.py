@@ -73,7 +73,8 @@ class SearchOptions:
     metric: str = "auto"
     pruner: str = "median"
     prune_after_trials: int = 2
-    prune_after_env_steps: Optional[int] = None  # None: a third of a trial's budget
+    # None: a third of a trial's budget (halving: the budget / halving_factor)
+    prune_after_env_steps: Optional[int] = None
     seed: int = 0
     prune_percentile: float = 25.0
     halving_factor: int = 4

@@ -1,7 +1,7 @@
 """A search pruned by synchronous successive halving (``--pruner halving``).
 
 Every trial of the study trains to the first rung (``--prune_after_env_steps``
-env steps, by default a third of a trial's budget) and is paused there: the
+env steps, by default the budget / the factor) and is paused there: the
 sweep starts it with the rung as its budget (``Trainer.num_env_steps``), so
 that the train command stops at the rung by itself with a final checkpoint.
 When every trial has reached the rung, they are ranked by the objective of
@@ -9,9 +9,9 @@ their curve so far; the best ``1 / factor`` of them (at least one) resume from
 their checkpoints to the next rung (the rung's env steps times ``factor``; a
 larger budget is a change a resumed run allows), the others are pruned. The last
 rung is the trials' budget (``Trainer.num_env_steps``): the trials that reach
-it train to the end and complete. With 12 trials of 300k env steps, the first
-rung at 100k and factor 4, the 3 best at 100k go on to 300k: 1.8M env steps,
-half of the 3.6M the 12 trials cost unpruned.
+it train to the end and complete. With 12 trials of 300k env steps and
+factor 4, the first rung is at 75k, and the 3 best there go on to 300k:
+1.575M env steps, 0.44 of the 3.6M the 12 trials cost unpruned.
 
 This is Hyperband's inner loop (Li et al., 2018), synchronous, so that every
 trial of a rung is judged against the same set, unlike the asynchronous
