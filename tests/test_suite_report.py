@@ -219,3 +219,28 @@ def test_envs_alone_measures_both_modes_layouts_of_hopper():
     assert measured["envs_alone_layout"]["async"]["num_envs"] == \
         2 * measured["envs_alone_layout"]["sync"]["num_envs"]  # N = 2 against N = 1
     assert measured["envs_alone_steps"] == 4
+
+
+def test_every_run_median_counts_a_run_that_never_got_there_as_the_slowest():
+    """Medians over the seeds that got there count only the fast seeds of a mode
+    whose slow seeds never arrive; the every-run median counts each run, and
+    is "beyond" where it falls on a run that never got there."""
+    assert suite.median_over_every_run([300_000, None, 100_000]) == 300_000
+    assert suite.median_over_every_run([400_000, 100_000, 200_000, None]) == 300_000
+    assert suite.median_over_every_run([100_000, None]) is None
+    assert suite.median_over_every_run([]) is None
+    # sync: all four seeds reach 1000 at once, two of them never 1500;
+    # async: all four reach both, later
+    fast, never = [[100_000, 10.0, 1600.0]], [[100_000, 10.0, 1200.0]]
+    slow = [[300_000, 30.0, 1600.0]]
+    results = ([_run("sync", s, fast) for s in (0, 1)] + [_run("sync", s, never) for s in (2, 3)]
+               + [_run("async", s, slow) for s in range(4)])
+    summary = suite.summarize(results)["half_cheetah"]
+    assert summary["sync"]["steps_to_1500"] == 100_000  # the seeds that got there
+    assert summary["sync"]["every_run_steps_to_1500"] is None
+    assert summary["async"]["every_run_steps_to_1500"] == 300_000
+    table = suite.markdown_tables({"half_cheetah": summary})
+    row = next(line for line in table.splitlines() if line.startswith("| async / sync, every run"))
+    # to 1000: 0.10M for sync, 0.30M for async (3.00); to 1500: async only
+    assert "| 3.00 (0.30M / 0.10M) | async only (0.30M / beyond) |" in row
+    assert "- (beyond / beyond)" in row
