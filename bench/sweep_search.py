@@ -50,6 +50,17 @@ SPACE = ["PPOLearner.learning_rate=loguniform(1e-4, 1e-3)", "PPOLearner.num_epoc
          "PPOLearner.clip_ratio=uniform(0.1, 0.2)", "PPOLearner.entropy_coef=uniform(0.0, 0.01)"]
 
 
+# alf-sweep flags the bench passes through when given: (name, type, what they
+# are for); each one's default is the command's
+FORWARDED_FLAGS = (
+    ("halving_factor", int, "--pruner halving"),
+    ("halving_brackets", int, "--pruner halving"),
+    ("search_seed", int, "the sampler's seed"),
+    ("prune_percentile", float, "--pruner percentile"),
+    ("prune_after_env_steps", int, "the first judging; --pruner halving: the first rung"),
+)
+
+
 def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,21 +72,9 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     p.add_argument("--pruner", default="median",
                    help="the search's pruner (alf-sweep --pruner): median, percentile, "
                         "successive_halving, halving or none")
-    p.add_argument("--halving_factor", type=int, default=None,
-                   help="alf-sweep --halving_factor (--pruner halving; default: the "
-                        "command's)")
-    p.add_argument("--halving_brackets", type=int, default=None,
-                   help="alf-sweep --halving_brackets (--pruner halving; default: the "
-                        "command's)")
-    p.add_argument("--search_seed", type=int, default=None,
-                   help="alf-sweep --search_seed (the sampler's seed; default: the "
-                        "command's, 0)")
-    p.add_argument("--prune_percentile", type=float, default=None,
-                   help="alf-sweep --prune_percentile (--pruner percentile; default: "
-                        "the command's)")
-    p.add_argument("--prune_after_env_steps", type=int, default=None,
-                   help="alf-sweep --prune_after_env_steps (default: the command's, a "
-                        "third of a trial's budget)")
+    for name, kind, note in FORWARDED_FLAGS:
+        p.add_argument(f"--{name}", type=kind, default=None,
+                       help=f"alf-sweep --{name} ({note}; default: the command's)")
     p.add_argument("--sweeps", default="grid,optuna",
                    help="which sweeps to run: grid, optuna or both (comma-separated)")
     benchlib.add_common_train_args(p)
@@ -126,17 +125,12 @@ def main(argv: List[str] = None) -> None:
     flags = {"grid": [f"--sweep={s}" for s in GRIDS[args.trials]],
              "optuna": ["--search=optuna", f"--num_trials={args.trials}",
                         f"--pruner={args.pruner}"]
-             + [f"--{name}={getattr(args, name)}"
-                for name in ("prune_percentile", "prune_after_env_steps", "halving_factor",
-                             "halving_brackets", "search_seed")
+             + [f"--{name}={getattr(args, name)}" for name, _, _ in FORWARDED_FLAGS
                 if getattr(args, name) is not None]
              + [f"--sweep={s}" for s in SPACE]}
     result: Dict[str, Any] = {"bench": "sweep_search", "gin_file": args.gin_file,
-                              "pruner": args.pruner, "prune_percentile": args.prune_percentile,
-                              "prune_after_env_steps": args.prune_after_env_steps,
-                              "halving_factor": args.halving_factor,
-                              "halving_brackets": args.halving_brackets,
-                              "search_seed": args.search_seed,
+                              "pruner": args.pruner,
+                              **{name: getattr(args, name) for name, _, _ in FORWARDED_FLAGS},
                               "trials": args.trials, "env_steps_per_trial": args.env_steps}
     try:
         for name in args.sweeps:

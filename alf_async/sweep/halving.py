@@ -115,7 +115,7 @@ class HalvingSearchRunner(SearchRunner):
     def _next_spec(self) -> Optional[RunSpec]:
         if self._queue:
             return self._queue.popleft()
-        bracket, todo, drawing = self._plan()
+        todo, drawing = self._plan()
         if drawing:
             spec = super()._next_spec()  # draws the bracket's next trial
             self._rung_values.setdefault(spec.name, {})
@@ -128,25 +128,25 @@ class HalvingSearchRunner(SearchRunner):
     def _more_to_come(self) -> bool:
         if self._queue:
             return True
-        _, todo, drawing = self._plan()
+        todo, drawing = self._plan()
         return drawing or any(self.outcomes[name].status in STARTABLE for name in todo)
 
     def _bracket_size(self) -> int:
         return -(-self.settings.num_trials // self.brackets)
 
-    def _plan(self) -> Tuple[Optional[int], List[str], bool]:
-        """(the first bracket not finished, None when all are; its trials still
-        to reach its current rung; whether it still draws trials). A bracket's
-        trials are drawn once the brackets before it have finished, so that the
-        sampler draws them from those results."""
+    def _plan(self) -> Tuple[List[str], bool]:
+        """(the trials of the first bracket not finished still to reach its
+        current rung, none when every bracket has; whether that bracket still
+        draws trials). A bracket's trials are drawn once the brackets before it
+        have finished, so that the sampler draws them from those results."""
         size = self._bracket_size()
         for bracket in range(-(-self.settings.num_trials // size)):
             names = [name for name in self.outcomes if self._numbers[name] // size == bracket]
             drawing = len(names) < min(size, self.settings.num_trials - bracket * size)
             todo = self._bracket_plan(names, judge=not drawing)
             if todo or drawing:
-                return bracket, todo, drawing
-        return None, [], False
+                return todo, drawing
+        return [], False
 
     def _bracket_plan(self, names: Sequence[str], judge: bool) -> List[str]:
         """The trials of one bracket still to reach its current rung. Works the
