@@ -80,6 +80,9 @@ VTRACE_GAE_UNTRUNCATED = {"learner.lag_correction": "vtrace_gae",
                           "learner.recompute_values": True, "learner.rho_bar": 100.0}
 ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
                       "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED}
+# Async files that run the sync file's envs as two actors of half as many each
+# (the same envs in all, each iteration's batch half the sync one's).
+ASYNC_ENVS_SPLIT = ("ppo_bullet_walker2d",)
 
 
 @pytest.mark.parametrize("stem", [
@@ -87,7 +90,7 @@ ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
     *(f"ppo_bullet_{env}" for env in LOCOMOTION),
     pytest.param("ppo_atari_pong", marks=pytest.mark.skipif(
         not ale_installed(), reason="ale-py (the atari extra) is not installed"))])
-def test_async_file_differs_from_sync_only_in_num_actors_and_lag_settings(stem, tmp_path):
+def test_async_file_differs_from_sync_only_in_its_actors_and_lag_settings(stem, tmp_path):
     values = {}
     for name in (f"{stem}.gin", f"async_{stem}.gin"):
         parse_config([name])
@@ -100,8 +103,12 @@ def test_async_file_differs_from_sync_only_in_num_actors_and_lag_settings(stem, 
             gin.clear_config()
     sync, async_ = values[f"{stem}.gin"], values[f"async_{stem}.gin"]
     lag_bindings = ASYNC_LAG_BINDINGS.get(stem, {})
-    assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors", *lag_bindings}
+    split = {"num_envs"} if stem in ASYNC_ENVS_SPLIT else set()
+    assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors", *lag_bindings,
+                                                               *split}
     assert (sync["num_actors"], async_["num_actors"]) == (1, 2)
+    if split:
+        assert async_["num_envs"] * async_["num_actors"] == sync["num_envs"]
     assert {k: async_[k] for k in lag_bindings} == lag_bindings
 
 
