@@ -149,9 +149,11 @@ class PPOLearner:
             "bf16" (bfloat16 autocast of the forward passes; float32 weights,
             optimizer moments, losses, value targets, normalizer and
             log-probabilities) or "auto" (bf16 where the learner is on a CPU
-            that runs it natively and the network is convolutional; fp32 for
-            an MLP, whose actors would act slower, and on a CUDA device, where
-            the steps are launch-bound and bf16 measured slower); resolved
+            that runs it natively and the network is convolutional, other
+            than the Nature CNN, which learned Pong slower per env step in
+            bf16; fp32 for an MLP, whose actors would act slower, and on a
+            CUDA device, where the steps are launch-bound and bf16 measured
+            slower); resolved
             once, logged at start (``utils.precision``) and published with the
             weights, so that the actors infer in the same precision.
             Checkpoints are float32 under any precision.

@@ -17,7 +17,7 @@ Values (``PRECISIONS``):
   network. Checkpoints hold float32 tensors only and load under either
   precision.
 - "auto": "bf16" where the learner's device runs bfloat16 natively AND the
-  network is one where it pays, else "fp32" (``choose_precision``):
+  network is one it suits, else "fp32" (``choose_precision``):
 
   1. native: a CPU whose /proc/cpuinfo flags include ``amx_bf16`` or
      ``avx512_bf16`` (``cpu_bf16_flags``); elsewhere (another CPU emulates
@@ -28,13 +28,16 @@ Values (``PRECISIONS``):
      on an H200, 2026-11-29, two machines: the Pong learner at 185 and 115
      gradient steps/s in bf16 against 194 and 187 in fp32), while the CPU
      actors, which follow the learner's precision, may lack bfloat16;
-  2. pays: the network has a convolution (``bf16_pays``). Measured with
-     ``bench/learner_speed.py`` (docs/pixels.md has the figures): the Nature
-     and IMPALA encoders learn 2.2x and 3.4x faster in bf16 and their actors
-     lose little or gain; an MLP gains at most 1.3x in the learner (a (256,
-     256) one) while its actors, which follow the learner's precision and give
-     up their numpy inference under bf16, run 2-12x slower, so a run of
-     vector observations, whose time the actors dominate, loses.
+  2. suits: the network has a convolution and no image encoder that learned
+     worse in bf16 (``bf16_suits``). Measured with ``bench/learner_speed.py``
+     (docs/pixels.md has the figures): the Nature and IMPALA encoders learn
+     2.2x and 3.4x faster in bf16 and their actors lose little or gain; an
+     MLP gains at most 1.3x in the learner (a (256, 256) one) while its
+     actors, which follow the learner's precision and give up their numpy
+     inference under bf16, run 2-12x slower, so a run of vector
+     observations, whose time the actors dominate, loses. But the Nature
+     CNN learned Pong slower per env step in bf16 (``AUTO_FP32_ENCODERS``), so
+     "auto" keeps it, and so Atari's default encoder, in fp32.
 
 The learner publishes the precision it resolved with its weights
 (``PRECISION_KEY``), and the acting policies (``NeuralPolicy``,
@@ -62,6 +65,19 @@ PRECISIONS = ("fp32", "bf16", "auto")
 PRECISION_BINDINGS = {"ppo": "PPOLearner.precision", "sac": "SACLearner.precision"}
 #: The /proc/cpuinfo flags of a CPU that computes bfloat16 natively.
 NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+#: Image encoders (``ImageEncoder.architecture``) that did not learn as well
+#: in bf16 as in fp32, so "auto" keeps a network holding one in fp32 (a
+#: binding of "bf16" still holds), with the evidence. The Nature CNN on Pong
+#: (the async file, first convolution in float32, 2026-11-30): three bf16
+#: seeds reached a training return of -10 at 1.52-1.84M env steps, after
+#: three of the four fp32 runs (0.94-1.24M; the fourth 1.92M), and ended 2M
+#: at -8.6 to -7.0 where two fp32 runs reached 0; at 1M one bf16 seed was
+#: below every fp32 run. In wall time the two were even to -10
+#: (docs/results.md#atari-pong).
+AUTO_FP32_ENCODERS = {
+    "nature": "the Nature CNN's bf16 Pong runs learned slower per env step than fp32's "
+              "(docs/results.md#atari-pong)",
+}
 #: Where the learner's published weights say which precision to act in
 #: (``pack_weights`` group "precision", name "bf16": [1] uint8, 1 = bf16).
 PRECISION_KEY = "precision/bf16"
@@ -87,7 +103,7 @@ def check_precision(owner: str, value: object) -> None:
         raise ConfigError(f"{owner}.precision must be one of {PRECISIONS} ('fp32': float32 "
                           f"everywhere; 'bf16': bfloat16 autocast of the networks; 'auto': "
                           f"bf16 where the processor has it natively and the network is "
-                          f"convolutional), got {value!r}")
+                          f"convolutional, other than the Nature CNN), got {value!r}")
 
 
 def cpu_bf16_flags() -> Tuple[str, ...]:
@@ -117,9 +133,15 @@ def native_bf16(device: torch.device) -> Tuple[bool, str]:
     return False, f"device {device.type!r} is not known to run bf16 natively"
 
 
-def bf16_pays(*networks: nn.Module) -> Tuple[bool, str]:
-    """(whether bfloat16 pays for ``networks``, what decides it) (rule 2):
-    True where one of them has a convolution."""
+def bf16_suits(*networks: nn.Module) -> Tuple[bool, str]:
+    """(whether bfloat16 suits ``networks``, what decides it) (rule 2): True
+    where one of them has a convolution and none holds an image encoder of
+    ``AUTO_FP32_ENCODERS`` (a module whose ``architecture`` names one)."""
+    for network in networks:
+        for module in network.modules():
+            architecture = getattr(module, "architecture", None)
+            if isinstance(architecture, str) and architecture in AUTO_FP32_ENCODERS:
+                return False, AUTO_FP32_ENCODERS[architecture]
     for network in networks:
         for module in network.modules():
             if isinstance(module, nn.modules.conv._ConvNd):
@@ -137,9 +159,9 @@ def choose_precision(owner: str, value: str, device: torch.device,
     if value != "auto":
         return PrecisionChoice(value == "bf16", f"{owner}.precision={value!r}")
     native, why_native = native_bf16(device)
-    pays, why_pays = bf16_pays(*networks)
-    bf16 = native and pays
-    because = f"{why_native}; {why_pays}" if native else why_native
+    suits, why_suits = bf16_suits(*networks)
+    bf16 = native and suits
+    because = f"{why_native}; {why_suits}" if native else why_native
     return PrecisionChoice(bf16, f"{owner}.precision='auto' -> "
                                  f"{'bf16' if bf16 else 'fp32'} ({because})")
 
