@@ -24,6 +24,14 @@ Output, one JSON line:
   float32 gradients point apart (the sampling noise bf16's rounding adds to);
 - ``log_prob_gap_mean`` / ``_max``, ``value_gap_mean``: |bf16 - fp32| of the
   batch's log-probabilities and values (nats; the env's reward units);
+- ``step``: what bf16's rounding does to the ratio PPO clips. For each of
+  ``--step_sizes`` s, both learners' weights move by -s * sign(g32_1) (the
+  first minibatch's float32 gradient: about what Adam's first step does
+  at learning rate s) and the batch's log-probabilities are recomputed in
+  each precision; d32 and d16 are the changes of log pi (the log-ratios
+  the clip reads). Per s: ``change_mean`` mean |d32|, ``error_mean`` mean
+  |d16 - d32|, and ``clip_disagreement``, the fraction of the batch's steps
+  where |d16| and |d32| fall on different sides of ``--clip``;
 - the checkpoint, its env steps, the batch's nonzero rewards.
 
     python -m bench.precision_gradients --run_dir runs/pong/alf_async_s1
@@ -60,6 +68,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--unroll_length", type=int, default=128, help="T")
     p.add_argument("--mini_batch_size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0, help="seeds the envs' resets and the acting")
+    p.add_argument("--step_sizes", default="1e-4,1e-3",
+                   help="comma-separated weight steps s of the ratio measurement")
+    p.add_argument("--clip", type=float, default=0.04,
+                   help="the clip range of the ratio measurement (the Pong file's 0.1 "
+                        "annealed to 60%% of its run)")
     return p.parse_args(argv)
 
 
@@ -127,6 +140,34 @@ def minibatch_gradients(learner: PPOLearner, state: Dict[str, Any],
     return gradients
 
 
+def step_log_ratios(learners: Dict[str, PPOLearner], state: Dict[str, Any],
+                    batch: Dict[str, np.ndarray], direction: torch.Tensor, step_size: float,
+                    clip: float) -> Dict[str, float]:
+    """Move both learners' weights from ``state`` by ``-step_size *
+    sign(direction)`` (``direction``: a flat gradient [P]) and compare the
+    changes of the batch's log-probabilities [T, K] in each precision (the
+    module doc's ``step``)."""
+    before = {p: in_own_precision(learners[p], batch)["log_prob"] for p in learners}
+    for learner in learners.values():
+        learner.load_state_dict(state)
+        with torch.no_grad():
+            offset = 0
+            for parameter in learner.model.parameters():
+                size = parameter.numel()
+                parameter -= step_size * direction[offset:offset + size].reshape(
+                    parameter.shape).sign()
+                offset += size
+    after = {p: in_own_precision(learners[p], batch)["log_prob"] for p in learners}
+    for learner in learners.values():
+        learner.load_state_dict(state)
+    d32 = after["fp32"] - before["fp32"]
+    d16 = after["bf16"] - before["bf16"]
+    return {"change_mean": round(float(np.abs(d32).mean()), 6),
+            "error_mean": round(float(np.abs(d16 - d32).mean()), 6),
+            "clip_disagreement": round(float(np.mean((np.abs(d16) > clip)
+                                                     != (np.abs(d32) > clip))), 4)}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     benchlib.claim_stdout()
     benchlib.setup_logging()
@@ -150,6 +191,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     own = {p: in_own_precision(learners[p], batch) for p in learners}
     g32, g16 = (minibatch_gradients(learners[p], saved["learner"], own[p])
                 for p in ("fp32", "bf16"))
+    steps = {size: step_log_ratios(learners, saved["learner"], batch, g32[0], float(size),
+                                   args.clip)
+             for size in args.step_sizes.split(",")}
     log_prob_gap = np.abs(own["bf16"]["log_prob"] - own["fp32"]["log_prob"])
     value_gap = np.abs(own["bf16"]["value"] - own["fp32"]["value"])
 
@@ -168,6 +212,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "norm_ratio": [round(float(b.norm() / a.norm()), 4) for a, b in zip(g32, g16)],
         "minibatch_cosine": [cosine(g32[i], g32[j]) for i in range(len(g32))
                              for j in range(i + 1, len(g32))],
+        "step": {"clip": args.clip, **steps},
         **benchlib.machine_info()})
     return 0
 

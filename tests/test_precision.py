@@ -24,7 +24,7 @@ from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.runtime.trajectory import allocate_trajectory
-from alf_async.utils.precision import (PRECISION_KEY, Bf16Inference, Float32Conv2d,
+from alf_async.utils.precision import (FLOAT32_LAYERS, PRECISION_KEY, Bf16Inference, Float32Conv2d,
                                        choose_precision, compute_context, published_bf16)
 from alf_async.utils.validation import ConfigError
 from reliability_helpers import read_metrics, train_in_this_process
@@ -202,6 +202,48 @@ def test_bf16_and_fp32_learners_agree_on_the_first_gradient_step(clear_gin, kind
         assert float((a - b).detach().abs().max()) <= 2 * 3e-4 + 1e-6
 
 
+@pytest.mark.parametrize("kind", ["conv", "mlp", "sac"])
+def test_output_layers_compute_in_float32_under_bf16(clear_gin, kind):
+    """A policy's logits or mean, a value head and SAC's heads take and give
+    float32 under a bf16 autocast (bfloat16 would round a logit of 4 to a
+    step of 1/32, under PPO's annealed clip range), while the hidden layers
+    before them compute in bfloat16; a network's output then equals the
+    float32 product of its head with the bfloat16-computed features."""
+    if kind == "sac":
+        sac = SACLearner(VECTOR, CONTINUOUS, precision="bf16")
+        network = sac.actor
+        assert all(isinstance(q.head, FLOAT32_LAYERS) for q in (sac.critic.q1, sac.critic.q2))
+    elif kind == "conv":
+        network = _image_learner(precision="bf16").model
+    else:
+        network = PPOLearner(VECTOR, CONTINUOUS, precision="bf16").model
+    layers = [m for m in network.modules() if isinstance(m, torch.nn.Linear)]
+    heads = [m for m in layers if isinstance(m, FLOAT32_LAYERS)]
+    assert heads and len(heads) < len(layers)
+    seen = {}
+    for layer in layers:
+        layer.register_forward_hook(
+            lambda module, inputs, output: seen.__setitem__(module, (inputs[0], output)))
+    rng = np.random.default_rng(0)
+    if kind == "conv":
+        observation = torch.as_tensor(rng.integers(0, 256, (4, *FRAME.shape)), dtype=torch.uint8)
+    else:
+        observation = torch.as_tensor(rng.standard_normal((4, 6)), dtype=torch.float32)
+    with compute_context(torch.device("cpu"), True):
+        if kind == "sac":
+            network.distribution(observation)
+        else:
+            network.evaluate(observation)
+    for layer in layers:
+        features, output = seen[layer]
+        if layer in heads:
+            assert output.dtype == torch.float32
+            want = torch.nn.functional.linear(features.float(), layer.weight, layer.bias)
+            torch.testing.assert_close(output, want, rtol=1e-6, atol=1e-6)
+        else:
+            assert output.dtype == torch.bfloat16, layer
+
+
 @pytest.mark.parametrize("architecture", ["nature", "impala", "small"])
 def test_an_image_encoders_first_convolution_computes_in_float32_under_bf16(architecture):
     """Under a bf16 autocast the convolution that reads the frames takes and
@@ -292,8 +334,10 @@ def test_bf16_acting_layers_give_what_autocast_of_the_float32_model_gives(clear_
         reference.load_weights(arrays)
         layers = [m for m in policy._inference_model().modules()
                   if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))
-                  and not isinstance(m, Float32Conv2d)]
+                  and not isinstance(m, FLOAT32_LAYERS)]
         assert layers and all(m.weight.dtype == torch.bfloat16 for m in layers)
+        kept = [m for m in policy._inference_model().modules() if isinstance(m, FLOAT32_LAYERS)]
+        assert kept and all(m.weight.dtype == torch.float32 for m in kept)
         assert all(p.dtype == torch.float32 for p in policy.model.parameters())
         state = (None if policy.state_size == 0
                  else rng.standard_normal((8, policy.state_size)).astype(np.float32))

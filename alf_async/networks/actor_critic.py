@@ -40,6 +40,7 @@ from alf_async.networks.distributions import (ActionDistribution, CategoricalDis
                                               NormalDistribution, StateDependentNormal)
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.networks.recurrent import RNN_KINDS, RecurrentCore
+from alf_async.utils.precision import Float32Linear
 from alf_async.utils.validation import check
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
@@ -128,7 +129,7 @@ class ActorNetwork(nn.Module):
         self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
         outputs = sum(spec.nvec) if spec.discrete else spec.dim
         # ``mean`` (the name checkpoints know) holds the logits for discrete actions.
-        self.mean = nn.Linear(size, outputs)
+        self.mean = Float32Linear(size, outputs)
         nn.init.orthogonal_(self.mean.weight, gain=mean_init_scale)
         nn.init.zeros_(self.mean.bias)
         self.state_dependent = exploration == "state_dependent" and not spec.discrete
@@ -201,7 +202,7 @@ class ValueNetwork(nn.Module):
                  activation: str = "tanh", hidden_init: str = "orthogonal"):
         super().__init__()
         self.body, size = mlp(observation_dim, hidden_sizes, activation, hidden_init)
-        self.head = nn.Linear(size, 1)
+        self.head = Float32Linear(size, 1)
         nn.init.orthogonal_(self.head.weight, gain=1.0)
         nn.init.zeros_(self.head.bias)
 

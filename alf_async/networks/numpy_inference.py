@@ -89,7 +89,7 @@ def _layers(modules: Sequence["nn.Module"]) -> Optional[List[_Layer]]:
 
     layers: List[_Layer] = []
     for module in modules:
-        if type(module) is nn.Linear:
+        if isinstance(module, nn.Linear):  # Float32Linear too
             weight = module.weight.detach().numpy().astype(np.float32).T.copy()
             bias = (module.bias.detach().numpy().astype(np.float32).copy()
                     if module.bias is not None else np.zeros(weight.shape[1], np.float32))

@@ -28,6 +28,7 @@ from alf_async.envs.spaces import ObservationSpec, as_observation_spec
 from alf_async.networks.actor_critic import HIDDEN_INITS, mlp
 from alf_async.networks.distributions import normal, sde_noise, sde_scale
 from alf_async.networks.encoders import ImageEncoder
+from alf_async.utils.precision import Float32Linear
 from alf_async.utils.validation import check
 
 
@@ -96,7 +97,7 @@ class SquashedGaussianActor(nn.Module):
         self.encoder, inputs = _encoder(observation_dim)
         self.body, size = mlp(inputs, hidden_sizes, activation, hidden_init)
         self.feature_dim = size
-        self.mean = nn.Linear(size, action_dim)
+        self.mean = Float32Linear(size, action_dim)
         self.use_sde = use_sde
         self.sde_sample_interval = sde_sample_interval
         self.sde_clip_mean = sde_clip_mean
@@ -104,7 +105,7 @@ class SquashedGaussianActor(nn.Module):
             self.sde_log_sigma = nn.Parameter(torch.full((size, action_dim),
                                                          float(initial_log_std)))
         else:
-            self.log_std = nn.Linear(size, action_dim)
+            self.log_std = Float32Linear(size, action_dim)
             nn.init.constant_(self.log_std.bias, initial_log_std)
         self.min_log_std, self.max_log_std = min_log_std, max_log_std
 
@@ -215,7 +216,7 @@ class _QNetwork(nn.Module):
                  hidden_init: str):
         super().__init__()
         self.body, size = mlp(input_dim, hidden_sizes, activation, hidden_init)
-        self.head = nn.Linear(size, 1)
+        self.head = Float32Linear(size, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, I] -> Q [B] (float32 under any autocast)."""

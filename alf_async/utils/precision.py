@@ -14,8 +14,10 @@ Values (``PRECISIONS``):
   ``networks``). So does an image encoder's first convolution
   (``Float32Conv2d``): under bfloat16 its weight gradient, a sum over every
   output position of a minibatch, strays from float32's on a trained
-  network. Checkpoints hold float32 tensors only and load under either
-  precision.
+  network. So do the networks' output layers (``Float32Linear``: logits,
+  means, log-stds, value and Q heads): a bfloat16 output would round a logit
+  of 4 to a step of 1/32. Checkpoints hold float32 tensors only and load
+  under either precision.
 - "auto": "bf16" where the learner's device runs bfloat16 natively AND the
   network is one it suits, else "fp32" (``choose_precision``):
 
@@ -200,6 +202,31 @@ class Float32Conv2d(nn.Conv2d):
             return super().forward(x.float())
 
 
+class Float32Linear(nn.Linear):
+    """A linear layer that computes in float32 under any autocast: a network's
+    output layer (a policy's logits or mean, a value or Q head; same parameters
+    and state-dict keys as ``nn.Linear``; without autocast it is ``nn.Linear``).
+
+    Under a bfloat16 autocast a linear layer's output is rounded to bfloat16,
+    8 significant bits: a logit of 4 to a step of 1/32, a value of 300 to a
+    step of 2. PPO's ratio and clip read the change of the log-probabilities
+    between two gradient steps, which near the end of an annealed clip range
+    (0.1 -> 0) is of the size of that step, and a value or Q target is
+    regressed on at that step. In float32 these layers cost next to nothing
+    (a [B, F] x [F, A] product with A of 1 to 18). Their inputs, the last
+    hidden layer's features, keep bfloat16's rounding.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with float32_context(x):
+            return super().forward(x.float())
+
+
+#: Layers that compute in float32 under any autocast (their weights stay
+#: float32 in an acting copy too).
+FLOAT32_LAYERS = (Float32Conv2d, Float32Linear)
+
+
 class Bf16Inference:
     """A frozen inference copy of a float32 network for a bfloat16 autocast,
     with the weights of its ``AUTOCAST_CAST_LAYERS`` cast once, not per call.
@@ -223,7 +250,7 @@ class Bf16Inference:
         self.copy.requires_grad_(False)
         for module in self.copy.modules():
             if (isinstance(module, AUTOCAST_CAST_LAYERS)
-                    and not isinstance(module, Float32Conv2d)):
+                    and not isinstance(module, FLOAT32_LAYERS)):
                 module.to(torch.bfloat16)
         self.source = network
 
