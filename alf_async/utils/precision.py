@@ -75,7 +75,9 @@ NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 #: three of the four fp32 runs (0.94-1.24M; the fourth 1.92M), and ended 2M
 #: at -8.6 to -7.0 where two fp32 runs reached 0; at 1M one bf16 seed was
 #: below every fp32 run. In wall time the two were even to -10
-#: (docs/results.md#atari-pong).
+#: (docs/results.md#atari-pong). Two runs since the output layers compute
+#: in float32 (``Float32Linear``, seeds 0 and 1) lie inside the fp32 runs'
+#: spread; the entry stays until a third seed agrees.
 AUTO_FP32_ENCODERS = {
     "nature": "the Nature CNN's bf16 Pong runs learned slower per env step than fp32's "
               "(docs/results.md#atari-pong)",
