@@ -147,9 +147,10 @@ def step_log_ratios(learners: Dict[str, PPOLearner], state: Dict[str, Any],
     sign(direction)`` (``direction``: a flat gradient [P]) and compare the
     changes of the batch's log-probabilities [T, K] in each precision (the
     module doc's ``step``)."""
-    before = {p: in_own_precision(learners[p], batch)["log_prob"] for p in learners}
     for learner in learners.values():
         learner.load_state_dict(state)
+    before = {p: in_own_precision(learners[p], batch)["log_prob"] for p in learners}
+    for learner in learners.values():
         with torch.no_grad():
             offset = 0
             for parameter in learner.model.parameters():
