@@ -24,7 +24,7 @@ from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
 from alf_async.networks.encoders import ImageEncoder
 from alf_async.runtime.trajectory import allocate_trajectory
-from alf_async.utils.precision import (FLOAT32_LAYERS, PRECISION_KEY, Bf16Inference, Float32Conv2d,
+from alf_async.utils.precision import (PRECISION_KEY, Bf16Inference, Float32Conv2d, Float32Layer,
                                        choose_precision, compute_context, published_bf16)
 from alf_async.utils.validation import ConfigError
 from reliability_helpers import read_metrics, train_in_this_process
@@ -212,13 +212,13 @@ def test_output_layers_compute_in_float32_under_bf16(clear_gin, kind):
     if kind == "sac":
         sac = SACLearner(VECTOR, CONTINUOUS, precision="bf16")
         network = sac.actor
-        assert all(isinstance(q.head, FLOAT32_LAYERS) for q in (sac.critic.q1, sac.critic.q2))
+        assert all(isinstance(q.head, Float32Layer) for q in (sac.critic.q1, sac.critic.q2))
     elif kind == "conv":
         network = _image_learner(precision="bf16").model
     else:
         network = PPOLearner(VECTOR, CONTINUOUS, precision="bf16").model
     layers = [m for m in network.modules() if isinstance(m, torch.nn.Linear)]
-    heads = [m for m in layers if isinstance(m, FLOAT32_LAYERS)]
+    heads = [m for m in layers if isinstance(m, Float32Layer)]
     assert heads and len(heads) < len(layers)
     seen = {}
     for layer in layers:
@@ -334,9 +334,9 @@ def test_bf16_acting_layers_give_what_autocast_of_the_float32_model_gives(clear_
         reference.load_weights(arrays)
         layers = [m for m in policy._inference_model().modules()
                   if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))
-                  and not isinstance(m, FLOAT32_LAYERS)]
+                  and not isinstance(m, Float32Layer)]
         assert layers and all(m.weight.dtype == torch.bfloat16 for m in layers)
-        kept = [m for m in policy._inference_model().modules() if isinstance(m, FLOAT32_LAYERS)]
+        kept = [m for m in policy._inference_model().modules() if isinstance(m, Float32Layer)]
         assert kept and all(m.weight.dtype == torch.float32 for m in kept)
         assert all(p.dtype == torch.float32 for p in policy.model.parameters())
         state = (None if policy.state_size == 0

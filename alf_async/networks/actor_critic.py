@@ -147,7 +147,7 @@ class ActorNetwork(nn.Module):
         """features [B, F] -> the mean [B, A] (tanh-squashed with
         ``squash_mean``) or the logits [B, sum(nvec)], in float32 under any
         autocast: the distribution's math is float32."""
-        out = self.mean(features).float()
+        out = self.mean(features)  # Float32Linear: float32 under any autocast
         return torch.tanh(out) if self.squash_mean else out
 
     def forward(self, observation: torch.Tensor) -> ActionDistribution:
@@ -208,7 +208,7 @@ class ValueNetwork(nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         """observation [B, O] (normalized) -> value [B] (float32 under any autocast)."""
-        return self.head(self.body(observation)).squeeze(-1).float()
+        return self.head(self.body(observation)).squeeze(-1)
 
 
 @gin.configurable

@@ -120,13 +120,13 @@ class SquashedGaussianActor(nn.Module):
         if self.encoder is not None:
             observation = self.encoder(observation)
         h = self.body(observation)
-        mean = self.mean(h).float()  # float32 outputs under any autocast
+        mean = self.mean(h)  # Float32Linear heads: float32 under any autocast
         if self.use_sde:
             h = h.float()
             mean = mean.clamp(-self.sde_clip_mean, self.sde_clip_mean)
             # (SB3's epsilon keeps the std > 0 where every feature is 0.)
             return mean, sde_scale(h.detach(), self.sde_sigma()), h
-        log_std = self.log_std(h).float().clamp(self.min_log_std, self.max_log_std)
+        log_std = self.log_std(h).clamp(self.min_log_std, self.max_log_std)
         return mean, log_std.exp(), h.float()
 
     def distribution(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -220,4 +220,4 @@ class _QNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, I] -> Q [B] (float32 under any autocast)."""
-        return self.head(self.body(x)).squeeze(-1).float()
+        return self.head(self.body(x)).squeeze(-1)

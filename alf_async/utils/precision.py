@@ -183,7 +183,18 @@ def compute_context(device: torch.device, bf16: bool) -> ContextManager:
 AUTOCAST_CAST_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)
 
 
-class Float32Conv2d(nn.Conv2d):
+class Float32Layer:
+    """A layer mixin (before the ``nn`` layer class in the bases) that
+    computes in float32 under any autocast: its input is cast to float32 and
+    autocast is off for its forward pass, so its output is float32. Its
+    weights stay float32 in a bf16 acting copy (``Bf16Inference``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with float32_context(x):
+            return super().forward(x.float())
+
+
+class Float32Conv2d(Float32Layer, nn.Conv2d):
     """A 2-d convolution that computes in float32 under any autocast: an image
     encoder's first layer, the one that reads the frames (same parameters and
     state-dict keys as ``nn.Conv2d``; without autocast it is ``nn.Conv2d``).
@@ -199,12 +210,9 @@ class Float32Conv2d(nn.Conv2d):
     float32 output is cast to bfloat16 by the next layer.
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with float32_context(x):
-            return super().forward(x.float())
 
 
-class Float32Linear(nn.Linear):
+class Float32Linear(Float32Layer, nn.Linear):
     """A linear layer that computes in float32 under any autocast: a network's
     output layer (a policy's logits or mean, a value or Q head; same parameters
     and state-dict keys as ``nn.Linear``; without autocast it is ``nn.Linear``).
@@ -218,15 +226,6 @@ class Float32Linear(nn.Linear):
     (a [B, F] x [F, A] product with A of 1 to 18). Their inputs, the last
     hidden layer's features, keep bfloat16's rounding.
     """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with float32_context(x):
-            return super().forward(x.float())
-
-
-#: Layers that compute in float32 under any autocast (their weights stay
-#: float32 in an acting copy too).
-FLOAT32_LAYERS = (Float32Conv2d, Float32Linear)
 
 
 class Bf16Inference:
@@ -252,7 +251,7 @@ class Bf16Inference:
         self.copy.requires_grad_(False)
         for module in self.copy.modules():
             if (isinstance(module, AUTOCAST_CAST_LAYERS)
-                    and not isinstance(module, FLOAT32_LAYERS)):
+                    and not isinstance(module, Float32Layer)):
                 module.to(torch.bfloat16)
         self.source = network
 
