@@ -76,8 +76,9 @@ NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 #: at -8.6 to -7.0 where two fp32 runs reached 0; at 1M one bf16 seed was
 #: below every fp32 run. In wall time the two were even to -10
 #: (docs/results.md#atari-pong). Two runs since the output layers compute
-#: in float32 (``Float32Linear``, seeds 0 and 1) lie inside the fp32 runs'
-#: spread; the entry stays until a third seed agrees.
+#: in float32 (``Float32Linear``): seeds 0 and 1 inside the fp32 runs'
+#: spread (-0.7 and -1.7 at 2M), seed 2 below it at 1M and 2M (-16.6,
+#: -10.6) and never at -10; none at 0 by 2M, where two fp32 runs were.
 AUTO_FP32_ENCODERS = {
     "nature": "the Nature CNN's bf16 Pong runs learned slower per env step than fp32's "
               "(docs/results.md#atari-pong)",
@@ -200,11 +201,13 @@ class Float32Conv2d(Float32Layer, nn.Conv2d):
     state-dict keys as ``nn.Conv2d``; without autocast it is ``nn.Conv2d``).
 
     Under a bfloat16 autocast on a CPU the weight and bias gradients of the
-    Nature CNN's first convolution, sums over the 20 x 20 output positions of
-    each of a minibatch's 256 frames, came out far from float32's on trained
+    Nature CNN's first convolution came out far from float32's on trained
     Pong networks (cosine 0.4-0.9 per minibatch, norms off by up to 2x), where
     every later layer's agreed to 0.99 and better (``bench/precision_gradients.py``;
-    docs/pixels.md). In float32 it agrees, at a cost (measured with
+    docs/pixels.md). The cause is the forward's rounding of the weights and
+    of the scaled frames (the gradients flow back through its output): a
+    float32 weight gradient after a bfloat16 forward strays as much
+    (docs/results.md#atari-pong). In float32 it agrees, at a cost (measured with
     ``bench/learner_speed.py``: a bf16 learner iteration 6-44% slower for
     the Nature CNN, 1-41% for the IMPALA CNN; results.md#atari-pong). Its
     float32 output is cast to bfloat16 by the next layer.
