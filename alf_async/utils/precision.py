@@ -12,9 +12,9 @@ Values (``PRECISIONS``):
   and value targets, the observation normalizer and the action distributions'
   log-probabilities and entropies (each network casts its outputs to float32,
   ``networks``). So does an image encoder's first convolution
-  (``Float32Conv2d``): under bfloat16 its weight gradient, a sum over every
-  output position of a minibatch, strays from float32's on a trained
-  network. So do the networks' output layers (``Float32Linear``: logits,
+  (``Float32Conv2d``): under bfloat16 its weight gradient strays from
+  float32's on a trained network, through the forward's rounding of its
+  weights and of the scaled frames. So do the networks' output layers (``Float32Linear``: logits,
   means, log-stds, value and Q heads): a bfloat16 output would round a logit
   of 4 to a step of 1/32. Checkpoints hold float32 tensors only and load
   under either precision.
