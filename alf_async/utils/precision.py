@@ -77,8 +77,8 @@ NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 #: below every fp32 run. In wall time the two were even to -10
 #: (docs/results.md#atari-pong). Two runs since the output layers compute
 #: in float32 (``Float32Linear``): seeds 0 and 1 inside the fp32 runs'
-#: spread (-0.7 and -1.7 at 2M), seed 2 below it at 1M and 2M (-16.6,
-#: -10.6) and never at -10; none at 0 by 2M, where two fp32 runs were.
+#: spread (-0.7 and -1.7 at 2M), seed 2 below it at 2M (-10.6) and never
+#: at -10; none at 0 by 2M, where two fp32 runs were.
 AUTO_FP32_ENCODERS = {
     "nature": "the Nature CNN's bf16 Pong runs learned slower per env step than fp32's "
               "(docs/results.md#atari-pong)",
