@@ -10,13 +10,13 @@ Values (``PRECISIONS``):
   weights, gradients and the optimizer's moments stay float32 (the master
   copy), and so do everything outside the networks: the losses, advantages
   and value targets, the observation normalizer and the action distributions'
-  log-probabilities and entropies (each network casts its outputs to float32,
-  ``networks``). So does an image encoder's first convolution
-  (``Float32Conv2d``): under bfloat16 its weight gradient strays from
-  float32's on a trained network, through the forward's rounding of its
-  weights and of the scaled frames. So do the networks' output layers (``Float32Linear``: logits,
-  means, log-stds, value and Q heads): a bfloat16 output would round a logit
-  of 4 to a step of 1/32. Checkpoints hold float32 tensors only and load
+  log-probabilities and entropies (each network's outputs are float32, from
+  its float32 output layers below). So does an image encoder's first
+  convolution (``Float32Conv2d``): under bfloat16 its weight gradient
+  strays from float32's on a trained network, through the forward's
+  rounding of its weights and of the scaled frames. So do the networks'
+  output layers (``Float32Linear``: logits, means, log-stds, value and Q
+  heads): a bfloat16 output would round a logit of 4 to a step of 1/32. Checkpoints hold float32 tensors only and load
   under either precision.
 - "auto": "bf16" where the learner's device runs bfloat16 natively AND the
   network is one it suits, else "fp32" (``choose_precision``):
@@ -75,7 +75,7 @@ NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 #: three of the four fp32 runs (0.94-1.24M; the fourth 1.92M), and ended 2M
 #: at -8.6 to -7.0 where two fp32 runs reached 0; at 1M one bf16 seed was
 #: below every fp32 run. In wall time the two were even to -10
-#: (docs/results.md#atari-pong). Two runs since the output layers compute
+#: (docs/results.md#atari-pong). Three runs since the output layers compute
 #: in float32 (``Float32Linear``): seeds 0 and 1 inside the fp32 runs'
 #: spread (-0.7 and -1.7 at 2M), seed 2 below it at 2M (-10.6) and never
 #: at -10; none at 0 by 2M, where two fp32 runs were.
@@ -212,7 +212,6 @@ class Float32Conv2d(Float32Layer, nn.Conv2d):
     the Nature CNN, 1-41% for the IMPALA CNN; results.md#atari-pong). Its
     float32 output is cast to bfloat16 by the next layer.
     """
-
 
 
 class Float32Linear(Float32Layer, nn.Linear):
