@@ -150,8 +150,8 @@ class PPOLearner:
             optimizer moments, losses, value targets, normalizer and
             log-probabilities) or "auto" (bf16 where the learner is on a CPU
             that runs it natively and the network is convolutional, other
-            than the Nature CNN, which learned Pong slower per env step in
-            bf16; fp32 for an MLP, whose actors would act slower, and on a
+            than the Nature CNN, whose bf16 Pong runs fell short of fp32's
+            best; fp32 for an MLP, whose actors would act slower, and on a
             CUDA device, where the steps are launch-bound and bf16 measured
             slower); resolved
             once, logged at start (``utils.precision``) and published with the

@@ -37,9 +37,10 @@ Values (``PRECISIONS``):
      MLP gains at most 1.3x in the learner (a (256, 256) one) while its
      actors, which follow the learner's precision and give up their numpy
      inference under bf16, run 2-12x slower, so a run of vector
-     observations, whose time the actors dominate, loses. But the Nature
-     CNN learned Pong slower per env step in bf16 (``AUTO_FP32_ENCODERS``), so
-     "auto" keeps it, and so Atari's default encoder, in fp32.
+     observations, whose time the actors dominate, loses. But no bf16 Pong
+     run of the Nature CNN reached a return of 0 in 2M env steps, where two
+     of five fp32 runs did (``AUTO_FP32_ENCODERS``), so "auto" keeps it, and
+     so Atari's default encoder, in fp32.
 
 The learner publishes the precision it resolved with its weights
 (``PRECISION_KEY``), and the acting policies (``NeuralPolicy``,
@@ -76,12 +77,13 @@ NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 #: at -8.6 to -7.0 where two fp32 runs reached 0; at 1M one bf16 seed was
 #: below every fp32 run. In wall time the two were even to -10
 #: (docs/results.md#atari-pong). Three runs since the output layers compute
-#: in float32 (``Float32Linear``): seeds 0 and 1 inside the fp32 runs'
-#: spread (-0.7 and -1.7 at 2M), seed 2 below it at 2M (-10.6) and never
-#: at -10; none at 0 by 2M, where two fp32 runs were.
+#: in float32 (``Float32Linear``): all three inside the five fp32 runs'
+#: spread at 1M and 2M (-0.7, -1.7 and -10.6 at 2M against -13.0 to +5.0),
+#: two at -10 by 1.27M (fp32: four of five, 0.94-1.92M), none at 0 by 2M,
+#: where two fp32 runs were.
 AUTO_FP32_ENCODERS = {
-    "nature": "the Nature CNN's bf16 Pong runs learned slower per env step than fp32's "
-              "(docs/results.md#atari-pong)",
+    "nature": "no bf16 Pong run of the Nature CNN reached a return of 0 in 2M env "
+              "steps, where two of five fp32 runs did (docs/results.md#atari-pong)",
 }
 #: Where the learner's published weights say which precision to act in
 #: (``pack_weights`` group "precision", name "bf16": [1] uint8, 1 = bf16).
