@@ -153,10 +153,9 @@ class PPOLearner:
             than the Nature CNN, whose bf16 Pong runs fell short of fp32's
             best; fp32 for an MLP, whose actors would act slower, and on a
             CUDA device, where the steps are launch-bound and bf16 measured
-            slower); resolved
-            once, logged at start (``utils.precision``) and published with the
-            weights, so that the actors infer in the same precision.
-            Checkpoints are float32 under any precision.
+            slower); resolved once, logged at start (``utils.precision``) and
+            published with the weights, so that the actors infer in the same
+            precision. Checkpoints are float32 under any precision.
         seed: seeds the model initialization and the minibatch shuffling.
     """
 

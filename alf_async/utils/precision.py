@@ -16,8 +16,8 @@ Values (``PRECISIONS``):
   strays from float32's on a trained network, through the forward's
   rounding of its weights and of the scaled frames. So do the networks'
   output layers (``Float32Linear``: logits, means, log-stds, value and Q
-  heads): a bfloat16 output would round a logit of 4 to a step of 1/32. Checkpoints hold float32 tensors only and load
-  under either precision.
+  heads): a bfloat16 output would round a logit of 4 to a step of 1/32.
+  Checkpoints hold float32 tensors only and load under either precision.
 - "auto": "bf16" where the learner's device runs bfloat16 natively AND the
   network is one it suits, else "fp32" (``choose_precision``):
 
