@@ -82,7 +82,7 @@ ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
                       "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED}
 # Async files that run the sync file's envs as two actors of half as many each
 # (the same envs in all, each iteration's batch half the sync one's).
-ASYNC_ENVS_SPLIT = ("ppo_bullet_walker2d",)
+ASYNC_ENVS_SPLIT = ("ppo_bullet_walker2d", "ppo_bullet_hopper")
 
 
 @pytest.mark.parametrize("stem", [
