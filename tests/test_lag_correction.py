@@ -188,6 +188,11 @@ def test_c_bar_above_rho_bar_is_refused():
         PPOLearner(3, 2, rho_bar=1.0, c_bar=2)
 
 
+def test_unknown_advantage_moments_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"PPOLearner\.advantage_moments"):
+        PPOLearner(3, 2, advantage_moments="target")
+
+
 def test_behaviour_statistics_normalize_the_batch_as_the_actor_did():
     """observation_stats="behaviour" (the default): the batch is normalized with
     the statistics published with the acting version, not the ones updated with

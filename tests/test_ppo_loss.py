@@ -212,3 +212,52 @@ def test_masked_samples_count_in_no_loss_and_no_statistic(decoupled):
     assert masked.stats.keys() == alone.stats.keys()
     for key in masked.stats:
         torch.testing.assert_close(masked.stats[key], alone.stats[key], msg=key)
+
+
+def test_weighted_advantage_moments_hand_computed():
+    """Weights [1, 1, 2, 0] on A = [0, 2, 4, 100]: the last sample weighs
+    nothing, so the weighted mean is (0 + 2 + 8) / 4 = 2.5 and the weighted
+    variance (6.25 + 0.25 + 2 * 2.25) / 4 = 2.75."""
+    adv = _f64([0.0, 2.0, 4.0, 100.0])
+    out = normalize_advantages(adv, epsilon=0.0, weight=_f64([1.0, 1.0, 2.0, 0.0]))
+    torch.testing.assert_close(out, (adv - 2.5) / math.sqrt(2.75), rtol=0, atol=1e-12)
+    # Equal weights give the unweighted moments; masked samples weigh nothing.
+    torch.testing.assert_close(normalize_advantages(_f64(RAW_ADV), epsilon=0.0,
+                                                    weight=torch.full((8,), 3.0,
+                                                                      dtype=torch.float64)),
+                               _f64(NORM_ADV), rtol=0, atol=1e-12)
+    valid = torch.tensor([True, True, True, False])
+    torch.testing.assert_close(
+        normalize_advantages(adv, epsilon=0.0, valid=valid, weight=_f64([1.0, 1.0, 2.0, 5.0])),
+        (adv - 2.5) / math.sqrt(2.75), rtol=0, atol=1e-12)
+
+
+def test_proximal_advantage_moments_recentre_a_stale_batch():
+    """On a stale batch (pi_prox != mu) "proximal" normalizes the advantages
+    with their pi_prox / mu-weighted moments, so the weighted mean of what the
+    surrogate sees is 0 and the loss differs from "behaviour"'s; on on-policy
+    data (pi_prox = mu) both give the same loss."""
+    g = torch.Generator().manual_seed(5)
+    B = 64
+    old = torch.randn(B, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    # pi_prox favours the samples with high advantages, as after an improving step.
+    proximal = old + 0.5 * adv
+    zeros = torch.zeros(B, dtype=torch.float64)
+
+    def loss(moments, prox):
+        return ppo_loss(prox.clone(), old, adv, zeros, zeros, zeros, entropy_coef=0.0,
+                        value_loss_weight=0.0, proximal_log_prob=prox,
+                        max_importance_weight=1.0, advantage_moments=moments).loss
+
+    stale_behaviour, stale_proximal = loss("behaviour", proximal), loss("proximal", proximal)
+    assert abs(stale_behaviour.item() - stale_proximal.item()) > 1e-3
+    # At r = 1 the decoupled loss is -mean(min(w, 1) * A_norm): recompute it by hand.
+    w = torch.exp(proximal - old)
+    share = w / w.sum()
+    mean = (share * adv).sum()
+    std = (share * (adv - mean) ** 2).sum().sqrt()
+    expected = -(w.clamp(max=1.0) * (adv - mean) / (std + 1e-8)).mean()
+    torch.testing.assert_close(stale_proximal, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss("proximal", old), loss("behaviour", old), rtol=1e-12,
+                               atol=1e-12)

@@ -78,6 +78,12 @@ class PPOLearner:
         gamma: discount.
         gae_lambda: GAE's lambda.
         normalize_advantages: normalize advantages per minibatch.
+        advantage_moments: where that normalization takes its mean and std on
+            a batch with proximal log-probs (the lag corrections but "none"):
+            "behaviour" (the default: the minibatch as the acting policy
+            sampled it, PPO2's) or "proximal" (importance-weighted by
+            pi_prox / mu, untruncated: the moments under the learner's
+            policy; ``ppo_loss.ppo_loss``). Identical on on-policy data.
         normalize_observations: keep running observation statistics and feed
             normalized observations to the networks (vector observations only:
             uint8 image frames are divided by 255 inside the network instead,
@@ -170,6 +176,7 @@ class PPOLearner:
                  clip_ratio: float = 0.2, value_loss_weight: float = 0.5,
                  entropy_coef: float = 1e-2, gamma: float = 0.99,
                  gae_lambda: float = 0.95, normalize_advantages: bool = True,
+                 advantage_moments: str = "behaviour",
                  normalize_observations: bool = True, reward_scale: float = 1.0,
                  reward_clip: Optional[float] = None,
                  device: str = "cpu", max_skipped_updates: int = 10,
@@ -198,6 +205,8 @@ class PPOLearner:
                 ("observation_stats", observation_stats, "choice",
                  dict(choices=("behaviour", "updated"))),
                 ("normalize_advantages", normalize_advantages, "bool", {}),
+                ("advantage_moments", advantage_moments, "choice",
+                 dict(choices=("behaviour", "proximal"))),
                 ("normalize_observations", normalize_observations, "bool", {}),
                 ("chunk_length", chunk_length, "int", dict(low=1, optional=True))):
             check("PPOLearner", name, value, kind, **bounds)
@@ -217,6 +226,7 @@ class PPOLearner:
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.normalize_advantages = normalize_advantages
+        self.advantage_moments = advantage_moments
         spec = as_observation_spec(observation)
         # uint8 frames are divided by 255 inside the network instead (ImageEncoder).
         self.normalize_observations = normalize_observations and not spec.is_image
@@ -525,7 +535,7 @@ class PPOLearner:
                                dist.entropy(), clip_ratio,
                                self.value_loss_weight, self.entropy_coef,
                                self.normalize_advantages, mb.get("proximal"), self.rho_bar,
-                               mb.get("valid"))
+                               mb.get("valid"), self.advantage_moments)
                 if continuous:  # where the env clips the mean itself
                     out.stats["mean_outside_box"] = (
                         dist.mode().detach().abs() > 1.0).float().mean()

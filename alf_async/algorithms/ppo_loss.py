@@ -22,9 +22,22 @@ def masked_mean(x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.
 
 
 def normalize_advantages(advantages: torch.Tensor, epsilon: float = 1e-8,
-                         valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+                         valid: Optional[torch.Tensor] = None,
+                         weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """(A - mean(A)) / (std(A) + eps) over the minibatch; A [B] (mean and
-    population std over the samples ``valid`` [B] bool marks, if given)."""
+    population std over the samples ``valid`` [B] bool marks, if given).
+
+    With ``weight`` [B] (>= 0, e.g. pi_prox / mu) the mean and std are the
+    self-normalized weighted ones, sum(w A) / sum(w): the advantages' moments
+    under the policy the weights point to instead of the one that sampled.
+    """
+    if weight is not None:
+        if valid is not None:
+            weight = torch.where(valid, weight, torch.zeros_like(weight))
+        share = weight / weight.sum().clamp(min=torch.finfo(weight.dtype).tiny)
+        centred = advantages - (share * advantages).sum()
+        std = (share * centred * centred).sum().sqrt()
+        return centred / (std + epsilon)
     if valid is None:
         return (advantages - advantages.mean()) / (advantages.std(unbiased=False) + epsilon)
     centred = advantages - masked_mean(advantages, valid)
@@ -84,7 +97,8 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
              normalize_advantage: bool = True,
              proximal_log_prob: Optional[torch.Tensor] = None,
              max_importance_weight: Optional[float] = None,
-             valid: Optional[torch.Tensor] = None) -> PPOLossOutput:
+             valid: Optional[torch.Tensor] = None,
+             advantage_moments: str = "behaviour") -> PPOLossOutput:
     """PPO2 loss for a minibatch.
 
     loss = mean(policy_loss) + value_loss_weight * mean((V(s) - R)^2)
@@ -107,6 +121,15 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
         valid: [B] bool, the samples that are transitions (False: the env
             failed at that step, ``value_ops``); None: all are. The others
             count in no loss and no statistic.
+        advantage_moments: where the advantages' normalization takes its mean
+            and std: "behaviour" (PPO2's: the minibatch as mu sampled it) or
+            "proximal" (weighted by pi_prox / mu, untruncated and
+            self-normalized: the moments under pi_prox; needs
+            ``proximal_log_prob``, without it the same as "behaviour"). On a
+            stale batch the policy has already moved towards its good actions,
+            so under pi_prox the advantages' mean is above the batch's; centred
+            on the batch, that offset meets the clip and the truncation
+            unevenly and narrows the policy (docs/notebook/async_policy_width.md).
 
     Statistics: policy_loss, value_loss, entropy, approx_kl, clip_fraction; with
     ``proximal_log_prob`` also importance_weight (mean pi_prox / mu),
@@ -118,7 +141,10 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     statistics the acting policy had not yet seen).
     """
     if normalize_advantage:
-        advantages = normalize_advantages(advantages, valid=valid)
+        moment_weight = None
+        if advantage_moments == "proximal" and proximal_log_prob is not None:
+            moment_weight = torch.exp(proximal_log_prob - old_log_prob).detach()
+        advantages = normalize_advantages(advantages, valid=valid, weight=moment_weight)
     if proximal_log_prob is None:
         policy_loss = masked_mean(clipped_surrogate_loss(log_prob, old_log_prob, advantages,
                                                          clip_ratio), valid)
