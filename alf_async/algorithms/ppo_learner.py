@@ -83,7 +83,8 @@ class PPOLearner:
             "behaviour" (the default: the minibatch as the acting policy
             sampled it, PPO2's) or "proximal" (importance-weighted by
             pi_prox / mu, untruncated: the moments under the learner's
-            policy; ``ppo_loss.ppo_loss``). Identical on on-policy data.
+            policy; ``ppo_loss.ppo_loss``). The same up to float rounding on
+            on-policy data, where every weight is 1.
         normalize_observations: keep running observation statistics and feed
             normalized observations to the networks (vector observations only:
             uint8 image frames are divided by 255 inside the network instead,
