@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Dict, List, Sequence
 
 import torch
@@ -40,7 +41,7 @@ def train(lag: int, rho_bar: float, moments: str, seed: int, batch: int, epochs:
           iterations: int = max(REPORT_ITERATIONS)) -> List[Sequence[float]]:
     """(m, std) after each iteration of one run."""
     generator = torch.Generator().manual_seed(seed)
-    params = torch.tensor([0.0, float(torch.tensor(0.5).log())], dtype=torch.float64,
+    params = torch.tensor([0.0, math.log(0.5)], dtype=torch.float64,
                           requires_grad=True)
     optimizer = torch.optim.Adam([params], lr=learning_rate)
     versions = [params.detach().clone()]

@@ -140,11 +140,14 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     are cut by little, as when the learner normalizes observations with
     statistics the acting policy had not yet seen).
     """
+    # pi_prox / mu, for the moments and the statistics (the loss takes its own,
+    # truncated, in decoupled_surrogate_loss).
+    importance = None if proximal_log_prob is None else torch.exp(
+        (proximal_log_prob - old_log_prob).detach())
     if normalize_advantage:
-        moment_weight = None
-        if advantage_moments == "proximal" and proximal_log_prob is not None:
-            moment_weight = torch.exp(proximal_log_prob - old_log_prob).detach()
-        advantages = normalize_advantages(advantages, valid=valid, weight=moment_weight)
+        advantages = normalize_advantages(
+            advantages, valid=valid,
+            weight=importance if advantage_moments == "proximal" else None)
     if proximal_log_prob is None:
         policy_loss = masked_mean(clipped_surrogate_loss(log_prob, old_log_prob, advantages,
                                                          clip_ratio), valid)
@@ -169,7 +172,7 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
         }
         if proximal_log_prob is not None:
             log_weight = proximal_log_prob - old_log_prob
-            weight = torch.exp(log_weight)
+            weight = importance
             stats["importance_weight"] = masked_mean(weight, valid)
             # How far the behaviour policy is from the proximal one: an
             # estimate of KL(mu || pi_prox) from samples of mu, (w - 1) - log w.
