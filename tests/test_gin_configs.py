@@ -79,7 +79,12 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
 VTRACE_GAE_UNTRUNCATED = {"learner.lag_correction": "vtrace_gae",
                           "learner.recompute_values": True, "learner.rho_bar": 100.0}
 ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
-                      "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED}
+                      "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED,
+                      # Advantages normalized under pi_prox (the same as PPO2's
+                      # on on-policy data) and a floor under the action std
+                      # that a policy learning to hop stays above.
+                      "ppo_bullet_hopper": {"learner.advantage_moments": "proximal",
+                                            "actor.min_log_std": -3.5}}
 # Async files that run the sync file's envs as two actors of half as many each
 # (the same envs in all, each iteration's batch half the sync one's).
 ASYNC_ENVS_SPLIT = ("ppo_bullet_walker2d", "ppo_bullet_hopper")
@@ -98,6 +103,9 @@ def test_async_file_differs_from_sync_only_in_its_actors_and_lag_settings(stem, 
             trainer = Trainer(root_dir=str(tmp_path / name))
             values[name] = trainer.settings.configured_dict()  # "auto" W and S unresolved
             values[name].update({f"learner.{k}": v for k, v in vars(trainer.learner).items()
+                                 if isinstance(v, (int, float, str, bool))})
+            actor = getattr(trainer.learner.model, "actor", None)
+            values[name].update({f"actor.{k}": v for k, v in vars(actor or object()).items()
                                  if isinstance(v, (int, float, str, bool))})
         finally:
             gin.clear_config()
