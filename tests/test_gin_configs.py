@@ -105,7 +105,8 @@ def test_async_file_differs_from_sync_only_in_its_actors_and_lag_settings(stem, 
             values[name].update({f"learner.{k}": v for k, v in vars(trainer.learner).items()
                                  if isinstance(v, (int, float, str, bool))})
             actor = getattr(trainer.learner.model, "actor", None)
-            values[name].update({f"actor.{k}": v for k, v in vars(actor or object()).items()
+            actor_settings = vars(actor) if actor is not None else {}
+            values[name].update({f"actor.{k}": v for k, v in actor_settings.items()
                                  if isinstance(v, (int, float, str, bool))})
         finally:
             gin.clear_config()
