@@ -140,10 +140,12 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     are cut by little, as when the learner normalizes observations with
     statistics the acting policy had not yet seen).
     """
-    # pi_prox / mu, for the moments and the statistics (the loss takes its own,
-    # truncated, in decoupled_surrogate_loss).
-    importance = None if proximal_log_prob is None else torch.exp(
-        (proximal_log_prob - old_log_prob).detach())
+    # log(pi_prox / mu) and pi_prox / mu, for the moments and the statistics
+    # (the loss takes its own, truncated, in decoupled_surrogate_loss).
+    log_importance = importance = None
+    if proximal_log_prob is not None:
+        log_importance = (proximal_log_prob - old_log_prob).detach()
+        importance = torch.exp(log_importance)
     if normalize_advantage:
         advantages = normalize_advantages(
             advantages, valid=valid,
@@ -171,12 +173,11 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
             "clip_fraction": masked_mean(((ratio - 1.0).abs() > clip_ratio).float(), valid),
         }
         if proximal_log_prob is not None:
-            log_weight = proximal_log_prob - old_log_prob
             weight = importance
             stats["importance_weight"] = masked_mean(weight, valid)
             # How far the behaviour policy is from the proximal one: an
             # estimate of KL(mu || pi_prox) from samples of mu, (w - 1) - log w.
-            stats["behaviour_kl"] = masked_mean((weight - 1.0) - log_weight, valid)
+            stats["behaviour_kl"] = masked_mean((weight - 1.0) - log_importance, valid)
             if max_importance_weight is not None:
                 # The share of samples whose pi_prox / mu the truncation cut
                 # (by more than float rounding: on-policy data, whose ratio is 1
