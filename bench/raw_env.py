@@ -48,24 +48,31 @@ def measure_raw_env(env_name: str, num_envs: int, num_workers: int, num_steps: i
 
 
 def _raw_stepper_process(env_name: str, num_envs: int, seed: int, conn) -> None:
-    """One process of ``RawSteppers``: steps its envs when told, reports the time."""
+    """One process of ``RawSteppers``: steps its envs when told, reports the time.
+
+    Ends when told (None), and also, quietly, when its parent is gone (the
+    pipe's other end closed: a bench killed mid-measurement), so that a killed
+    bench leaves neither these processes nor a traceback from each of them."""
     from alf_async.envs.batched_env import BatchedEnv
 
     with BatchedEnv(env_name, num_envs, 0, seed=seed) as env:
         env.reset()
         rng = np.random.default_rng(seed)
-        conn.send("ready")
-        while True:
-            num_steps = conn.recv()
-            if num_steps is None:
-                return
-            actions = rng.uniform(-1.0, 1.0, size=(num_steps, num_envs, env.action_dim))
-            actions = actions.astype(np.float32)
-            conn.recv()  # "go": every process is ready, all start together
-            start = time.time()
-            for t in range(num_steps):
-                env.step(actions[t])
-            conn.send((start, time.time()))
+        try:
+            conn.send("ready")
+            while True:
+                num_steps = conn.recv()
+                if num_steps is None:
+                    return
+                actions = rng.uniform(-1.0, 1.0, size=(num_steps, num_envs, env.action_dim))
+                actions = actions.astype(np.float32)
+                conn.recv()  # "go": every process is ready, all start together
+                start = time.time()
+                for t in range(num_steps):
+                    env.step(actions[t])
+                conn.send((start, time.time()))
+        except (EOFError, BrokenPipeError):
+            return  # the parent is gone: nobody is left to report to
 
 
 class RawSteppers:

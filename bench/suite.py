@@ -70,7 +70,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from alf_async.reporting.run_metrics import return_curve
 from alf_async.sampling_choice import choose_sampling
 from alf_async.utils.process import usable_cores
-from bench import benchlib
+from bench import benchlib, children
 from bench.raw_env import RawSteppers
 from bench.suite_report import (CHECKPOINTS, MODES, WIDTH_CHECKPOINTS, ZOO_PPO_SCORES,
                                 eval_at, first_at_or_above, report, threshold_scores)
@@ -259,24 +259,32 @@ def one_run(env: str, mode: str, seed: int, args: argparse.Namespace) -> Optiona
     return result
 
 
+def run_or_skip(env: str, mode: str, seed: int, args: argparse.Namespace) -> None:
+    """Train one run to ``args.max_env_steps`` and append its result to
+    ``args.results``, unless a result of the same budget is there already."""
+    done = benchlib.read_jsonl(args.results)
+    if any(r["env"] == env and r["mode"] == mode and r["seed"] == seed
+           and r.get("max_env_steps") == args.max_env_steps for r in done):
+        logger.info("%s %s seed %d: already in %s", env, mode, seed, args.results)
+        return
+    result = one_run(env, mode, seed, args)
+    if result is not None:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(json.dumps(result) + "\n")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     benchlib.claim_stdout()
     benchlib.setup_logging()
     args = parse_args(argv)
     if not args.table:
-        for seed in args.seeds:
-            for env in args.envs:
-                for mode in args.modes:
-                    done = benchlib.read_jsonl(args.results)
-                    if any(r["env"] == env and r["mode"] == mode and r["seed"] == seed
-                           and r.get("max_env_steps") == args.max_env_steps for r in done):
-                        logger.info("%s %s seed %d: already in %s", env, mode, seed,
-                                    args.results)
-                        continue
-                    result = one_run(env, mode, seed, args)
-                    if result is not None:
-                        with open(args.results, "a", encoding="utf-8") as f:
-                            f.write(json.dumps(result) + "\n")
+        # SIGTERM (a paused bench) raises here, so the envs-alone measurement's
+        # processes are closed as on Ctrl-C, not left to find their pipes broken.
+        with children.sigterm_raises():
+            for seed in args.seeds:
+                for env in args.envs:
+                    for mode in args.modes:
+                        run_or_skip(env, mode, seed, args)
     results = [row for path in args.results_files for row in benchlib.read_jsonl(path)]
     if args.reanalyse:
         results = [reanalysed(row, args.root_dir) for row in results]

@@ -77,6 +77,67 @@ def test_a_bench_killed_with_sigterm_stops_its_training_run(tmp_path):
                 pass
 
 
+def _stepping_processes(pid: int):
+    """The multiprocessing children of ``pid`` (bench/raw_env.py's stepping
+    processes), without the resource tracker."""
+    try:
+        procs = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for proc in procs:
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        if "spawn_main" in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
+    """A suite paused with SIGTERM during its envs-alone measurement (the
+    stepping processes of both modes' layouts up, a measurement far longer
+    than the test) exits 143 having closed them: none is left and none
+    prints a traceback about a broken pipe."""
+    from bench.suite import envs_alone_layout
+
+    expected = sum(envs_alone_layout("hopper", mode, [])["processes"]
+                   for mode in ("sync", "async"))
+    log_path = tmp_path / "suite.log"
+    cmd = [sys.executable, "-m", "bench.suite", "--envs", "hopper", "--modes", "sync",
+           "--seeds", "0", "--envs_alone_steps", "10000000", "--envs_alone_repeats", "1",
+           "--root_dir", str(tmp_path / "runs"), "--results", str(tmp_path / "r.jsonl")]
+    with open(log_path, "w") as log:
+        bench = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log,
+                                 text=True)
+    steppers = []
+    try:
+        assert wait_until(lambda: len(_stepping_processes(bench.pid)) >= expected
+                          or bench.poll() is not None, timeout=120, interval=0.2)
+        steppers = _stepping_processes(bench.pid)
+        assert len(steppers) == expected and bench.poll() is None, \
+            log_path.read_text()[-3000:]
+        bench.send_signal(signal.SIGTERM)
+        out, _ = bench.communicate(timeout=120)
+        log_text = log_path.read_text()
+        assert bench.returncode == 128 + signal.SIGTERM, log_text[-3000:]
+        assert out == ""
+        _, alive = psutil.wait_procs(steppers, timeout=30)
+        assert alive == [], f"left running after the suite was killed: {alive}"
+        assert "Traceback" not in log_text, log_text[-3000:]
+        assert not os.path.exists(tmp_path / "runs" / "hopper_sync_s0"), "no run was to start"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+        for proc in steppers:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
 def test_a_peer_run_gives_its_last_json_line_and_a_failed_one_is_named():
     script = "print('setting up'); print('{\"steps\": 1}'); print('{\"steps\": 2}')"
     assert children.run_peer_json([sys.executable, "-c", script]) == {"steps": 2}
