@@ -112,14 +112,22 @@ class RawSteppers:
         times = [conn.recv() for conn in self._conns]
         return self.num_envs * num_steps, max(e for _, e in times) - min(s for s, _ in times)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Tell every process to end; any still stepping after ``timeout_s``
+        seconds (a measurement cut short by Ctrl-C or SIGTERM: it reads the
+        message only after its steps) is terminated."""
         for conn in self._conns:
             try:
                 conn.send(None)
             except OSError:
                 pass
+        deadline = time.monotonic() + timeout_s
         for proc in self._procs:
-            proc.join(30)
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)

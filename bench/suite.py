@@ -123,6 +123,8 @@ def measure_envs_alone(env: str, gin_params: Sequence[str], num_steps: int, repe
                                          layouts[mode]["processes"], seed)
         for stepper in steppers.values():
             stepper.step(ENVS_ALONE_WARMUP_STEPS)
+        logger.info("%s envs alone: measuring %d batched steps x %d repeat(s) per mode",
+                    env, num_steps, repeats)
         for _ in range(repeats):
             for mode in MODES:
                 env_steps, seconds = steppers[mode].step(num_steps)

@@ -97,8 +97,8 @@ def _stepping_processes(pid: int):
 
 def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
     """A suite paused with SIGTERM during its envs-alone measurement (the
-    stepping processes of both modes' layouts up, a measurement far longer
-    than the test) exits 143 having closed them: none is left and none
+    stepping processes of both modes' layouts stepping, a measurement far
+    longer than the test) exits 143 having ended them: none is left and none
     prints a traceback about a broken pipe."""
     from bench.suite import envs_alone_layout
 
@@ -113,7 +113,8 @@ def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
                                  text=True)
     steppers = []
     try:
-        assert wait_until(lambda: len(_stepping_processes(bench.pid)) >= expected
+        # The measurement has begun (its log line): every process is stepping.
+        assert wait_until(lambda: "measuring" in log_path.read_text()
                           or bench.poll() is not None, timeout=120, interval=0.2)
         steppers = _stepping_processes(bench.pid)
         assert len(steppers) == expected and bench.poll() is None, \
