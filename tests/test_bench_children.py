@@ -128,8 +128,9 @@ def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
         assert alive == [], f"left running after the suite was killed: {alive}"
         assert "Traceback" not in log_text, log_text[-3000:]
         assert not os.path.exists(tmp_path / "runs" / "hopper_sync_s0"), "no run was to start"
-    finally:
+    finally:  # found before the suite is killed: orphans would step on for long
         if bench.poll() is None:
+            steppers = steppers or _stepping_processes(bench.pid)
             bench.kill()
             bench.communicate()
         for proc in steppers:
