@@ -38,6 +38,18 @@ def _metrics_rows(path: str) -> int:
         return 0
 
 
+def _kill_leftovers(bench: subprocess.Popen, procs) -> None:
+    """What a failed test leaves: the bench, if still running, and ``procs``."""
+    if bench.poll() is None:
+        bench.kill()
+        bench.communicate()
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 def test_a_bench_killed_with_sigterm_stops_its_training_run(tmp_path):
     root = str(tmp_path / "run")
     log_path = tmp_path / "bench.log"  # the bench's and its run's console (not a pipe to fill)
@@ -67,14 +79,7 @@ def test_a_bench_killed_with_sigterm_stops_its_training_run(tmp_path):
                 f"left running after its bench was killed: {proc.pid} {proc.cmdline()}"
         assert os.listdir(os.path.join(root, "checkpoints")), "no final checkpoint"
     finally:  # what a failed test leaves is killed: not for the next tests to meet
-        if bench.poll() is None:
-            bench.kill()
-            bench.communicate()
-        for proc in run_tree:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        _kill_leftovers(bench, run_tree)
 
 
 def _stepping_processes(pid: int):
@@ -129,15 +134,9 @@ def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
         assert "Traceback" not in log_text, log_text[-3000:]
         assert not os.path.exists(tmp_path / "runs" / "hopper_sync_s0"), "no run was to start"
     finally:  # found before the suite is killed: orphans would step on for long
-        if bench.poll() is None:
-            steppers = steppers or _stepping_processes(bench.pid)
-            bench.kill()
-            bench.communicate()
-        for proc in steppers:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        if bench.poll() is None and not steppers:
+            steppers = _stepping_processes(bench.pid)
+        _kill_leftovers(bench, steppers)
 
 
 def test_a_peer_run_gives_its_last_json_line_and_a_failed_one_is_named():
