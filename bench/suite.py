@@ -29,16 +29,20 @@ sittings carries the measurement of its last one.
 The report (bench/suite_report.py: markdown tables on stderr, figures with
 ``--plot_dir``; ``--table`` only reads ``--results``): per env, eval return at
 1M and 2M env steps and the env steps and time to each threshold for sync and
-async; async over sync per seed; and the seed-to-seed spread of each config.
+async; async over sync per seed; the seed-to-seed spread of each config and,
+beside it, the spread of each async run from the sync run of its seed.
 
 Output: one JSON line {"bench": "suite", "results": ..., "envs": {env: {mode:
 {...}}}, "seed_ratios": {env: {seed: {threshold: [steps ratio, time ratio] or
 [steps ratio, time ratio, of allowed] (where both runs of the seed carry the
 envs-alone rates) or "async only" / "sync only" / null}}}, "seed_spread": {env:
 {mode: {threshold: {"max": largest env-step ratio between two seeds, "pairs":
-..., "above_1.3": ...}}}}, "envs_time_ratios": {env: {seed: async's envs' time
-over sync's for the same env steps, stepping alone}}, "figures": [...]}. The
-same three keys "envs", "seed_ratios" and "seed_spread" prefixed "training_"
+..., "above_1.3": ..., "missed": ordered pairs whose first run never got there
+while the second did, "of": ordered pairs}}}}, "same_seed_spread": {env:
+{threshold: the same keys, for async's runs over the sync run of their seed}},
+"envs_time_ratios": {env: {seed: async's envs' time over sync's for the same
+env steps, stepping alone}}, "figures": [...]}. The same four keys "envs",
+"seed_ratios", "seed_spread" and "same_seed_spread" prefixed "training_"
 read the thresholds on the training return (the mean of the last 100 training
 episodes) instead of the deterministic evaluations; the policy's action std
 and entropy along each run are in its results line ("policy_width") and in the

@@ -48,9 +48,36 @@ def test_seed_spread_compares_every_ordered_pair_of_seeds_of_one_config():
     # above 1.3: 200/100 and 150/100 (1.5); 200/150 = 1.33 too
     assert at_1000["pairs"] == 6 and at_1000["max"] == 2.0
     assert at_1000["above_1.3"] == 3
-    assert spread["half_cheetah"]["sync"]["2000"] == {"max": None, "pairs": 0, "above_1.3": 0}
+    assert at_1000["missed"] == 0 and at_1000["of"] == 6
+    # only seed 0 reached 2000: the two pairs (1, 0) and (2, 0) missed it
+    assert spread["half_cheetah"]["sync"]["2000"] == {
+        "max": None, "pairs": 0, "above_1.3": 0, "missed": 2, "of": 6}
     table = suite.seed_spread_tables(results)
-    assert "| sync (0, 1, 2) | 2.00 (3/6 above 1.3) |" in table
+    assert ("| sync against another seed (0, 1, 2) | 2.00 (3/6 above 1.3); missed 0/6 | "
+            "1.50 (1/2 above 1.3); missed 2/6 | -; missed 2/6 |") in table
+
+
+def test_same_seed_spread_sets_each_async_run_against_the_sync_run_of_its_seed():
+    """The issue's spread bound: async's runs over their sync twins, read against
+    sync's runs over one another; an async run that never reaches a threshold its
+    sync twin reached counts as missed, the other way round does not."""
+    results = [
+        _run("sync", 0, [[100_000, 10.0, 1000.0], [200_000, 20.0, 2000.0]]),
+        _run("sync", 1, [[200_000, 20.0, 1000.0], [300_000, 30.0, 1500.0]]),
+        _run("sync", 2, [[150_000, 15.0, 900.0]]),
+        _run("async", 0, [[150_000, 5.0, 1000.0]]),  # 1.5x; misses 1500 and 2000
+        _run("async", 1, [[100_000, 5.0, 1600.0]]),  # 0.5x to 1000, 1/3x to 1500
+        _run("async", 2, [[150_000, 5.0, 1200.0]]),  # async only at 1000
+        _run("async", 3, [[50_000, 5.0, 3000.0]]),  # no sync twin: left out
+    ]
+    same_seed = suite.same_seed_spread(results)["half_cheetah"]
+    assert same_seed["1000"] == {"max": 1.5, "pairs": 2, "above_1.3": 1, "missed": 0, "of": 3}
+    assert same_seed["1500"]["max"] == 100_000 / 300_000 and same_seed["1500"]["missed"] == 1
+    assert same_seed["2000"] == {"max": None, "pairs": 0, "above_1.3": 0, "missed": 1, "of": 3}
+    table = suite.seed_spread_tables(results)
+    assert ("| async against sync, same seed (0, 1, 2) | 1.50 (1/2 above 1.3); missed 0/3 | "
+            "0.33 (0/1 above 1.3); missed 1/3 | -; missed 1/3 |") in table
+    assert "| sync against another seed (0, 1, 2) |" in table
 
 
 def test_table_reads_several_results_files_as_one(tmp_path):
