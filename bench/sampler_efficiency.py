@@ -83,7 +83,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from alf_async.utils.process import usable_cores
-from bench import benchlib, raw_env
+from bench import benchlib, children, raw_env
 
 logger = logging.getLogger("bench")
 TARGET = 0.85
@@ -253,21 +253,24 @@ def main(argv: List[str] = None) -> int:
     args = parse_args(argv)
     env_name = env_name_of(args)
     cores = usable_cores()
-    raw_one = raw_env.measure_raw_env(env_name, args.num_envs, 0,
-                                       args.raw_unrolls * args.unroll_length, seed=1)
-    logger.info("raw, one process, K=%d: %.0f steps/s; %d cores", args.num_envs,
-                raw_one["steps_per_s"], cores)
-    results = []
-    for w in benchlib.parse_int_list(args.workers):
-        for splits in benchlib.parse_int_list(args.splits):
-            if w > args.num_envs or (w == 0 and splits > 1) \
-                    or args.num_envs // max(w, 1) < splits:
-                continue
-            if args.mode == "interleaved":
-                results.append(run_interleaved(args, env_name, w, splits))
-            else:
-                results.append(run_one(args, env_name, w, splits, raw_one["steps_per_s"],
-                                       cores))
+    # SIGTERM (a paused bench) raises here, so the env and stepping processes
+    # of a measurement are closed as on Ctrl-C.
+    with children.sigterm_raises():
+        raw_one = raw_env.measure_raw_env(env_name, args.num_envs, 0,
+                                           args.raw_unrolls * args.unroll_length, seed=1)
+        logger.info("raw, one process, K=%d: %.0f steps/s; %d cores", args.num_envs,
+                    raw_one["steps_per_s"], cores)
+        results = []
+        for w in benchlib.parse_int_list(args.workers):
+            for splits in benchlib.parse_int_list(args.splits):
+                if w > args.num_envs or (w == 0 and splits > 1) \
+                        or args.num_envs // max(w, 1) < splits:
+                    continue
+                if args.mode == "interleaved":
+                    results.append(run_interleaved(args, env_name, w, splits))
+                else:
+                    results.append(run_one(args, env_name, w, splits,
+                                           raw_one["steps_per_s"], cores))
     benchlib.emit({
         "bench": "sampler_efficiency", "env": env_name, "num_envs": args.num_envs,
         "unroll_length": args.unroll_length, "iterations": args.iterations,

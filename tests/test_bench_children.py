@@ -139,6 +139,38 @@ def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
         _kill_leftovers(bench, steppers)
 
 
+def test_a_sampler_bench_killed_mid_measurement_ends_its_env_processes(tmp_path):
+    """bench.sampler_efficiency paused with SIGTERM while its actor's env worker
+    and the raw stepping process both exist (interleaved cycles far longer than
+    the test) exits 143 having ended both, without a traceback."""
+    log_path = tmp_path / "sampler.log"
+    cmd = [sys.executable, "-m", "bench.sampler_efficiency", "--gin_file",
+           "ppo_bullet_hopper.gin", "--num_envs", "2", "--workers", "1", "--splits", "1",
+           "--unroll_length", "16", "--raw_unrolls", "1", "--cycles", "1000000"]
+    with open(log_path, "w") as log:
+        bench = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log,
+                                 text=True)
+    procs = []
+    try:
+        # One env worker (W = 1) and one stepping process: the cycles have begun.
+        assert wait_until(lambda: len(_stepping_processes(bench.pid)) == 2
+                          or bench.poll() is not None, timeout=120, interval=0.2)
+        procs = _stepping_processes(bench.pid)
+        assert len(procs) == 2 and bench.poll() is None, log_path.read_text()[-3000:]
+        bench.send_signal(signal.SIGTERM)
+        out, _ = bench.communicate(timeout=120)
+        log_text = log_path.read_text()
+        assert bench.returncode == 128 + signal.SIGTERM, log_text[-3000:]
+        assert out == ""
+        _, alive = psutil.wait_procs(procs, timeout=30)
+        assert alive == [], f"left running after the bench was killed: {alive}"
+        assert "Traceback" not in log_text, log_text[-3000:]
+    finally:
+        if bench.poll() is None and not procs:
+            procs = _stepping_processes(bench.pid)
+        _kill_leftovers(bench, procs)
+
+
 def test_a_peer_run_gives_its_last_json_line_and_a_failed_one_is_named():
     script = "print('setting up'); print('{\"steps\": 1}'); print('{\"steps\": 2}')"
     assert children.run_peer_json([sys.executable, "-c", script]) == {"steps": 2}
