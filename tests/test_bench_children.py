@@ -50,6 +50,19 @@ def _kill_leftovers(bench: subprocess.Popen, procs) -> None:
             pass
 
 
+def _assert_sigterm_ends_quietly(bench: subprocess.Popen, log_path, procs) -> None:
+    """SIGTERM ``bench``: it exits 143 with nothing on stdout and no traceback
+    in its log, and none of ``procs`` (its processes) is left."""
+    bench.send_signal(signal.SIGTERM)
+    out, _ = bench.communicate(timeout=120)
+    log_text = log_path.read_text()
+    assert bench.returncode == 128 + signal.SIGTERM, log_text[-3000:]
+    assert out == ""
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert alive == [], f"left running after the bench was killed: {alive}"
+    assert "Traceback" not in log_text, log_text[-3000:]
+
+
 def test_a_bench_killed_with_sigterm_stops_its_training_run(tmp_path):
     root = str(tmp_path / "run")
     log_path = tmp_path / "bench.log"  # the bench's and its run's console (not a pipe to fill)
@@ -124,14 +137,7 @@ def test_a_suite_killed_while_its_envs_step_alone_ends_them_quietly(tmp_path):
         steppers = _stepping_processes(bench.pid)
         assert len(steppers) == expected and bench.poll() is None, \
             log_path.read_text()[-3000:]
-        bench.send_signal(signal.SIGTERM)
-        out, _ = bench.communicate(timeout=120)
-        log_text = log_path.read_text()
-        assert bench.returncode == 128 + signal.SIGTERM, log_text[-3000:]
-        assert out == ""
-        _, alive = psutil.wait_procs(steppers, timeout=30)
-        assert alive == [], f"left running after the suite was killed: {alive}"
-        assert "Traceback" not in log_text, log_text[-3000:]
+        _assert_sigterm_ends_quietly(bench, log_path, steppers)
         assert not os.path.exists(tmp_path / "runs" / "hopper_sync_s0"), "no run was to start"
     finally:  # found before the suite is killed: orphans would step on for long
         if bench.poll() is None and not steppers:
@@ -157,14 +163,7 @@ def test_a_sampler_bench_killed_mid_measurement_ends_its_env_processes(tmp_path)
                           or bench.poll() is not None, timeout=120, interval=0.2)
         procs = _stepping_processes(bench.pid)
         assert len(procs) == 2 and bench.poll() is None, log_path.read_text()[-3000:]
-        bench.send_signal(signal.SIGTERM)
-        out, _ = bench.communicate(timeout=120)
-        log_text = log_path.read_text()
-        assert bench.returncode == 128 + signal.SIGTERM, log_text[-3000:]
-        assert out == ""
-        _, alive = psutil.wait_procs(procs, timeout=30)
-        assert alive == [], f"left running after the bench was killed: {alive}"
-        assert "Traceback" not in log_text, log_text[-3000:]
+        _assert_sigterm_ends_quietly(bench, log_path, procs)
     finally:
         if bench.poll() is None and not procs:
             procs = _stepping_processes(bench.pid)
