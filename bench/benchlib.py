@@ -28,6 +28,7 @@ from typing import Any, Dict, IO, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from alf_async.reporting.machine import cpu_model
 from alf_async.reporting.run_metrics import parse_metrics_lines
 from bench import children
 from bench.children import REPO_ROOT
@@ -93,8 +94,10 @@ def median(values: Iterable[float]) -> float:
 
 
 def machine_info() -> Dict[str, Any]:
-    """CPU count and load, to judge how noisy the timings are."""
-    info: Dict[str, Any] = {"cpu_count": os.cpu_count()}
+    """CPU model, count and load, to judge how noisy the timings are and which
+    runs may be compared bit for bit (float kernels differ between CPU
+    models, so a seeded synchronous run repeats itself only on the same one)."""
+    info: Dict[str, Any] = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count()}
     try:
         info["cpu_affinity"] = len(os.sched_getaffinity(0))
     except AttributeError:

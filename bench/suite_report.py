@@ -487,6 +487,25 @@ def plot(results: Sequence[Dict[str, Any]], plot_dir: str) -> List[str]:
     return written
 
 
+def machines_note(results: Sequence[Dict[str, Any]]) -> str:
+    """A warning when the runs come from more than one CPU model (``cpu_model``,
+    recorded since 2026-12-01): the float kernels differ between models, so a
+    seeded sync run made on one is another sample than the same seed's on the
+    other, and an async / sync pair of a seed split over two models is not
+    back to back. Empty when all known models agree."""
+    models = sorted({r["cpu_model"] for r in results if r.get("cpu_model")})
+    if len(models) < 2:
+        return ""
+    split = [f"{env} seed {seed}"
+             for env in sorted({r["env"] for r in results})
+             for seed, sync, async_ in seed_pairs(results, env)
+             if sync.get("cpu_model") and async_.get("cpu_model")
+             and sync["cpu_model"] != async_["cpu_model"]]
+    return (f"The runs come from {len(models)} CPU models ({'; '.join(models)}): a seeded "
+            f"sync run repeats itself bit for bit only on one model. Sync and async "
+            f"on different models: {', '.join(split) if split else 'none'}.")
+
+
 def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
            ) -> Dict[str, Any]:
     """Print the tables to stderr (and draw the figures into ``plot_dir``);
@@ -506,5 +525,9 @@ def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
     figures["envs_time_ratios"] = {env: {str(seed): ratio for seed, ratio in seeds.items()}
                                    for env, seeds in envs_time_ratios(results).items()}
     print(width_table(results), file=sys.stderr)
+    note = machines_note(results)
+    if note:
+        print(note, file=sys.stderr)
+    figures["cpu_models"] = sorted({r["cpu_model"] for r in results if r.get("cpu_model")})
     figures["figures"] = plot(results, plot_dir) if plot_dir else []
     return figures

@@ -273,3 +273,26 @@ def test_every_run_median_counts_a_run_that_never_got_there_as_the_slowest():
     # to 1000: 0.10M for sync, 0.30M for async (3.00); to 1500: async only
     assert "| 3.00 (0.30M / 0.10M) | async only (0.30M / beyond) |" in row
     assert "- (beyond / beyond)" in row
+
+
+def test_runs_from_two_cpu_models_are_named_and_split_pairs_listed():
+    """A seeded sync run repeats itself only on one CPU model, so the report
+    says when its rows come from several and which seeds' pairs are split."""
+    curve = [[100_000, 10.0, 1000.0]]
+    same = [dict(_run(mode, 0, curve), cpu_model="A") for mode in ("sync", "async")]
+    assert suite.machines_note(same) == ""
+    assert suite.machines_note([_run("sync", 0, curve), _run("async", 0, curve)]) == ""
+    split = [dict(_run("sync", 0, curve), cpu_model="Intel Xeon"),
+             dict(_run("async", 0, curve), cpu_model="AMD EPYC"),
+             dict(_run("sync", 1, curve), cpu_model="AMD EPYC"),
+             dict(_run("async", 1, curve), cpu_model="AMD EPYC")]
+    note = suite.machines_note(split)
+    assert "2 CPU models (AMD EPYC; Intel Xeon)" in note
+    assert note.endswith("different models: half_cheetah seed 0.")
+
+
+def test_machine_info_names_the_cpu_model():
+    from bench import benchlib
+
+    info = benchlib.machine_info()
+    assert isinstance(info["cpu_model"], str) and info["cpu_model"]
