@@ -107,7 +107,12 @@ class TrainerSettings:
             makes each actor wait for the learner to train on its batch.
         num_env_steps: budget in env steps (0 = no limit; one budget must be set).
         num_iterations: budget in training iterations (0 = no limit).
-        seed: seeds the learner, the actors' sampling and the envs.
+        seed: seeds the learner, the actors' sampling and the envs. A
+            synchronous run repeats itself bit for bit with the same seed on
+            the same CPU model and library versions; on another CPU model
+            the float kernels round differently from the first gradient
+            step, and the run is another sample of the same config. An
+            asynchronous run (N >= 2) differs from run to run.
         backend: "process" (actor processes), "inprocess" (N = 1 only; the
             actor runs in the trainer's process) or "ray" (each actor is a Ray
             actor, on any node of a Ray cluster; see ``RayBackend.*`` and
