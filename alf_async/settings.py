@@ -109,9 +109,10 @@ class TrainerSettings:
         num_iterations: budget in training iterations (0 = no limit).
         seed: seeds the learner, the actors' sampling and the envs. A
             synchronous run repeats itself bit for bit with the same seed on
-            the same CPU model and library versions; on another CPU model
-            the float kernels round differently from the first gradient
-            step, and the run is another sample of the same config. An
+            the same CPU model (bench rows' ``cpu_model``: name, family,
+            model, vector extensions) and library versions; on another
+            model the float kernels round differently from the first
+            forward pass, and the run is another sample of the config. An
             asynchronous run (N >= 2) differs from run to run.
         backend: "process" (actor processes), "inprocess" (N = 1 only; the
             actor runs in the trainer's process) or "ray" (each actor is a Ray

@@ -296,3 +296,27 @@ def test_machine_info_names_the_cpu_model():
 
     info = benchlib.machine_info()
     assert isinstance(info["cpu_model"], str) and info["cpu_model"]
+
+
+def test_cpu_model_tells_apart_two_cpus_of_one_name(tmp_path):
+    """A virtual machine names a Zen 2 and a Zen 4 EPYC alike ("AMD EPYC"),
+    yet their float kernels differ (AVX2 against AVX-512), so a seeded sync
+    run repeats on one and not across them: the model string must differ."""
+    from alf_async.reporting.machine import cpu_model
+
+    def cpuinfo(name: str, family: int, model: int, flags: str) -> str:
+        path = tmp_path / f"{family}_{model}"
+        block = (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\n"
+                 f"model\t\t: {model}\nmodel name\t: {name}\nstepping\t: 1\n"
+                 f"flags\t\t: fpu sse2 {flags}\n")
+        path.write_text(block + "\n" + block.replace("processor\t: 0", "processor\t: 1"))
+        return str(path)
+
+    zen2 = cpu_model(cpuinfo("AMD EPYC", 23, 49, "avx2 fma"))
+    zen4 = cpu_model(cpuinfo("AMD EPYC", 25, 17, "avx2 fma avx512f avx512_bf16"))
+    assert zen2 == "AMD EPYC (family 23 model 49 stepping 1; avx2)"
+    assert zen4 == "AMD EPYC (family 25 model 17 stepping 1; avx2, avx512f, avx512_bf16)"
+    bare = tmp_path / "bare"
+    bare.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert cpu_model(str(bare)) == "Some CPU"
+    assert cpu_model(str(tmp_path / "missing")) not in ("", None)

@@ -16,16 +16,40 @@ from alf_async.utils.process import usable_cores
 PACKAGES = ("torch", "gymnasium", "pybullet", "numpy", "gin-config", "alf_async")
 
 
+# The vector and matrix extensions that change which float kernels torch runs,
+# narrowest first; cpu_model() names the ones the CPU has.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name (Linux /proc/cpuinfo; platform.processor() elsewhere)."""
+    """The CPU's model, precise enough to tell two CPUs apart whose float
+    kernels round differently.
+
+    On Linux: /proc/cpuinfo's model name, then its x86 family / model /
+    stepping and the extensions of ``KERNEL_FLAGS`` it has, e.g.
+    ``"AMD EPYC (family 23 model 49 stepping 0; avx2)"``. A virtual machine
+    often reports a bare name ("AMD EPYC") for CPUs of different generations:
+    the numbers and flags are what differ. Elsewhere: platform.processor().
+    """
+    fields: Dict[str, str] = {}
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block describes them all
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip().lower(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown"
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine() or "unknown"
+    ids = " ".join(f"{key} {fields[key]}" for key in ("cpu family", "model", "stepping")
+                   if key in fields).replace("cpu family", "family")
+    flags = set(fields.get("flags", "").split())
+    extensions = ", ".join(flag for flag in KERNEL_FLAGS if flag in flags)
+    details = "; ".join(part for part in (ids, extensions) if part)
+    return f"{name} ({details})" if details else name
 
 
 def package_version(name: str) -> Optional[str]:
