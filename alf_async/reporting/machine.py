@@ -44,8 +44,9 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     name = fields.get("model name")
     if not name:
         return platform.processor() or platform.machine() or "unknown"
-    ids = " ".join(f"{key} {fields[key]}" for key in ("cpu family", "model", "stepping")
-                   if key in fields).replace("cpu family", "family")
+    ids = " ".join(f"{label} {fields[key]}" for key, label in
+                   (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"))
+                   if key in fields)
     flags = set(fields.get("flags", "").split())
     extensions = ", ".join(flag for flag in KERNEL_FLAGS if flag in flags)
     details = "; ".join(part for part in (ids, extensions) if part)
