@@ -112,7 +112,7 @@ class TrainerSettings:
             the same CPU model (bench rows' ``cpu_model``: name, family,
             model, vector extensions) and library versions; on another
             model the float kernels round differently from the first
-            forward pass, and the run is another sample of the config. An
+            batch on, and the run is another sample of the config. An
             asynchronous run (N >= 2) differs from run to run.
         backend: "process" (actor processes), "inprocess" (N = 1 only; the
             actor runs in the trainer's process) or "ray" (each actor is a Ray
