@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import platform
 import time
 from typing import Any, Callable, Dict, List
 
@@ -46,6 +45,7 @@ from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
+from alf_async.reporting.machine import cpu_model
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.utils.precision import choose_precision, cpu_bf16_flags
 from bench import benchlib
@@ -77,15 +77,8 @@ PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_description() -> Dict[str, Any]:
-    """The CPU's model name, bf16 flags, cores and torch's threads."""
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return {"model_name": model, "bf16_flags": list(cpu_bf16_flags()),
+    """The CPU's model (``cpu_model``), bf16 flags and torch's threads."""
+    return {"model_name": cpu_model(), "bf16_flags": list(cpu_bf16_flags()),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 

@@ -11,6 +11,7 @@ import os
 import platform
 from typing import Dict, Optional
 
+from alf_async.utils.cpuinfo import CPUINFO_PATH, cpu_fields
 from alf_async.utils.process import usable_cores
 
 PACKAGES = ("torch", "gymnasium", "pybullet", "numpy", "gin-config", "alf_async")
@@ -21,7 +22,7 @@ PACKAGES = ("torch", "gymnasium", "pybullet", "numpy", "gin-config", "alf_async"
 KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
-def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+def cpu_model(cpuinfo_path: str = CPUINFO_PATH) -> str:
     """The CPU's model, precise enough to tell two CPUs apart whose float
     kernels round differently.
 
@@ -31,16 +32,7 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     often reports a bare name ("AMD EPYC") for CPUs of different generations:
     the numbers and flags are what differ. Elsewhere: platform.processor().
     """
-    fields: Dict[str, str] = {}
-    try:
-        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block describes them all
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip().lower(), value.strip())
-    except OSError:
-        pass
+    fields = cpu_fields(cpuinfo_path)
     name = fields.get("model name")
     if not name:
         return platform.processor() or platform.machine() or "unknown"

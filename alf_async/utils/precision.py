@@ -61,6 +61,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from alf_async.utils.cpuinfo import cpu_flags
 from alf_async.utils.validation import ConfigError
 
 PRECISIONS = ("fp32", "bf16", "auto")
@@ -116,15 +117,8 @@ def check_precision(owner: str, value: object) -> None:
 def cpu_bf16_flags() -> Tuple[str, ...]:
     """The ``NATIVE_CPU_FLAGS`` this machine's CPU reports in /proc/cpuinfo
     (empty where it reports none, or on a system without that file)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return tuple(flag for flag in NATIVE_CPU_FLAGS if flag in flags)
-    except OSError:
-        pass
-    return ()
+    flags = cpu_flags()
+    return tuple(flag for flag in NATIVE_CPU_FLAGS if flag in flags)
 
 
 def native_bf16(device: torch.device) -> Tuple[bool, str]:
