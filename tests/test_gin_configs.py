@@ -78,8 +78,11 @@ def test_async_humanoid_differs_from_sync_only_in_num_actors(tmp_path):
 # the sync and async files still train the same way.
 VTRACE_GAE_UNTRUNCATED = {"learner.lag_correction": "vtrace_gae",
                           "learner.recompute_values": True, "learner.rho_bar": 100.0}
+# The decoupled correction is the default: only the recomputation and the
+# weights' truncation differ from the sync file.
+DECOUPLED_UNTRUNCATED = {"learner.recompute_values": True, "learner.rho_bar": 100.0}
 ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": VTRACE_GAE_UNTRUNCATED,
-                      "ppo_bullet_ant": VTRACE_GAE_UNTRUNCATED,
+                      "ppo_bullet_ant": DECOUPLED_UNTRUNCATED,
                       # Advantages normalized under pi_prox (the same as PPO2's
                       # on on-policy data) and a floor under the action std
                       # that a policy learning to hop stays above.
