@@ -79,8 +79,12 @@ def mean_log_std(learner: PPOLearner) -> float:
 def _uncentred(advantages: torch.Tensor, epsilon: float = 1e-8,
                valid: Optional[torch.Tensor] = None,
                weight: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """A / std(A) [B]: scaled as PPO2 scales, not centred."""
-    return advantages / (advantages.std(unbiased=False) + epsilon)
+    """A / std(A) [B]: scaled as PPO2 scales (the std over the ``valid``
+    samples), not centred; ``weight`` is ignored."""
+    if valid is None:
+        return advantages / (advantages.std(unbiased=False) + epsilon)
+    centred = advantages - ppo_loss_module.masked_mean(advantages, valid)
+    return advantages / (ppo_loss_module.masked_mean(centred * centred, valid).sqrt() + epsilon)
 
 
 @contextlib.contextmanager
