@@ -22,8 +22,10 @@ Variants (one binding each, on the copy):
 - ``no_weights``: the decoupled clip around pi_prox without the pi_prox / mu
   weights (mu's log-probs replaced by pi_prox's after the advantages are
   computed);
-- ``decoupled``: ``lag_correction = "decoupled"`` (GAE advantages on the
-  values the run uses, not V-trace's; the same loss);
+- ``decoupled``: ``lag_correction = "decoupled"`` (GAE's advantages and
+  value targets on the values the run uses, not V-trace's; the same loss);
+- ``gae_advantages``: GAE's advantages with the run's own value targets
+  (V-trace's, for "vtrace_gae"): only the policy's advantages change;
 - ``untruncated_traces``: V-trace's traces truncated at ``rho_bar`` instead
   of ``c_bar`` (``c_bar = rho_bar``: with rho_bar 100, importance-weighted
   GAE);
@@ -31,12 +33,15 @@ Variants (one binding each, on the copy):
 - ``no_clip``: ``clip_ratio = 1e6`` (the KL budget, where bound, still ends
   the iteration).
 
-A stale batch (acted by an older version) gets every variant; a fresh one
-(sync, or a batch acted by the current weights) all but ``STALE_ONLY``'s
-(the lag corrections equal PPO2 on it).
+A stale batch gets every variant; a fresh one (acted by the learner's
+current weights on the inputs it trains on, as every sync batch is:
+``PPOLearner._acted_by_current_weights``) all but ``STALE_ONLY``'s, which
+equal PPO2 on it.
 
-Output: ``--out`` gets one JSON line per iteration {iteration, lag,
-action_std (before the step), real (the real step's d log std),
+Output: ``--out`` (a new file) gets one JSON line per iteration {iteration,
+lag, action_std (exp of the mean log std before the step: a geometric mean
+over action dims, where the metrics' action_std is the arithmetic one),
+real (the real step's d log std),
 check_error, variants: {name: {d_log_std, approx_kl, clip_fraction,
 gradient_steps}}}; stdout one JSON line whose ``summary`` gives, per lag,
 each variant's mean d log std and its mean difference from
@@ -52,6 +57,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 from collections import defaultdict
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -60,20 +66,36 @@ import torch
 import alf_async
 from alf_async.algorithms import ppo_learner as ppo_learner_module
 from alf_async.algorithms import ppo_loss as ppo_loss_module
+from alf_async.algorithms import value_ops
 from alf_async.algorithms.ppo_learner import PPOLearner
 from bench.benchlib import emit, machine_info
 
-STALE_ONLY = ("proximal_moments", "none", "no_weights", "decoupled", "untruncated_traces")
+STALE_ONLY = ("proximal_moments", "none", "no_weights", "decoupled", "gae_advantages",
+              "untruncated_traces")
 VARIANTS = ("as_configured", "proximal_moments", "uncentred", "none", "no_weights",
-            "decoupled", "untruncated_traces", "lower_lambda", "no_clip")
+            "decoupled", "gae_advantages", "untruncated_traces", "lower_lambda", "no_clip")
 # lower_lambda's gae_lambda, as a share of the run's: about what V-trace's traces
 # min(1, pi_prox / mu) leave of lambda at a behaviour KL of 0.03 (1 - TV).
 LOWER_LAMBDA_SHARE = 0.9
 
 
 def mean_log_std(learner: PPOLearner) -> float:
-    """The mean over action dims of the policy's log std (state-independent)."""
-    return float(learner.model.actor.log_std.detach().mean())
+    """The mean over action dims of the policy's log std, clamped to the
+    network's [min_log_std, max_log_std] as the policy uses it (a
+    state-independent std only)."""
+    actor = learner.model.actor
+    log_std = actor.log_std.detach().clamp(actor.min_log_std, actor.max_log_std)
+    return float(log_std.mean())
+
+
+def check_supported(learner: PPOLearner) -> None:
+    """Refuses a learner whose action std this script cannot read."""
+    actor = getattr(learner.model, "actor", None)
+    if (actor is None or actor.action_spec.discrete or actor.state_dependent
+            or learner.state_size):
+        raise SystemExit("width_decomposition: needs a feed-forward PPO policy with "
+                         "continuous actions and a state-independent std (no gSDE, "
+                         "no recurrent core)")
 
 
 def _uncentred(advantages: torch.Tensor, epsilon: float = 1e-8,
@@ -109,6 +131,16 @@ def _without_weights(loss: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _gae_advantages(compute: Callable[..., Any]) -> Callable[..., Any]:
+    """advantages_and_returns with GAE's advantages and the run's own returns."""
+    def wrapped(rewards, values, batch, gamma, gae_lambda, log_rho=None, *rest, **kwargs):
+        _, returns = compute(rewards, values, batch, gamma, gae_lambda, log_rho, *rest,
+                             **kwargs)
+        advantages, _ = compute(rewards, values, batch, gamma, gae_lambda)
+        return advantages, returns
+    return wrapped
+
+
 @contextlib.contextmanager
 def variant_context(name: str, learner: PPOLearner) -> Iterator[None]:
     """Sets ``learner`` (a copy) up for variant ``name`` while the context is open."""
@@ -130,6 +162,10 @@ def variant_context(name: str, learner: PPOLearner) -> Iterator[None]:
     elif name == "no_weights":
         with _patched(ppo_learner_module, "ppo_loss", _without_weights(ppo_loss_module.ppo_loss)):
             yield
+    elif name == "gae_advantages":
+        with _patched(ppo_learner_module, "advantages_and_returns",
+                      _gae_advantages(value_ops.advantages_and_returns)):
+            yield
     else:
         yield
 
@@ -144,12 +180,15 @@ def counterfactual_steps(out_path: str, variants: Sequence[str]
     real_train = PPOLearner.train
 
     def train(self: PPOLearner, batch, behaviour_version=None, progress=None):
+        check_supported(self)
         lag = None if behaviour_version is None else self.iteration - int(behaviour_version)
+        # pi_prox = mu exactly (the learner's own test): the lag corrections are PPO2
+        fresh = self._acted_by_current_weights(behaviour_version)
         before = mean_log_std(self)
         row: Dict[str, Any] = {"iteration": self.iteration, "lag": lag,
                                "action_std": math.exp(before), "variants": {}}
         for name in variants:
-            if (lag or 0) == 0 and name in STALE_ONLY:
+            if fresh and name in STALE_ONLY:
                 continue
             twin = copy.deepcopy(self)
             with variant_context(name, twin):
@@ -177,7 +216,10 @@ def counterfactual_steps(out_path: str, variants: Sequence[str]
 
 def summarize(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Per lag: iterations, mean real d log std, per variant mean d log std and
-    its mean difference from as_configured's (with the standard error)."""
+    its mean difference from as_configured's on the same batches, with the
+    standard error (None for one iteration; it takes the iterations as
+    independent, and consecutive ones are somewhat correlated, so it is a
+    little small)."""
     by_lag: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_lag[str(row["lag"])].append(row)
@@ -194,10 +236,11 @@ def summarize(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
             diffs = [a - b for a, b in pairs]
             n = len(diffs)
             mean_diff = sum(diffs) / n
-            var = sum((d - mean_diff) ** 2 for d in diffs) / max(n - 1, 1)
+            stderr = None
+            if n > 1:
+                stderr = math.sqrt(sum((d - mean_diff) ** 2 for d in diffs) / (n - 1) / n)
             entry[name] = {"d_log_std": sum(a for a, _ in pairs) / n,
-                           "minus_configured": mean_diff,
-                           "stderr": math.sqrt(var / n)}
+                           "minus_configured": mean_diff, "stderr": stderr}
         summary[lag] = entry
     checks = [r["check_error"] for r in rows if "check_error" in r]
     summary["max_check_error"] = max(checks) if checks else None
@@ -216,6 +259,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
+    # the reference every difference is taken from, and the copies' check
+    variants = ["as_configured"] + [v for v in variants if v != "as_configured"]
+    if os.path.exists(args.out):
+        parser.error(f"--out {args.out} exists: give a new file (its records would mix runs)")
     with counterfactual_steps(args.out, variants) as records:
         counters = alf_async.train(args.gin_file, args.root_dir, bindings=args.bindings)
     emit({"bench": "width_decomposition", "gin_file": args.gin_file,
