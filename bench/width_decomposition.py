@@ -45,7 +45,8 @@ real (the real step's d log std),
 check_error, variants: {name: {d_log_std, approx_kl, clip_fraction,
 gradient_steps}}}; stdout one JSON line whose ``summary`` gives, per lag,
 each variant's mean d log std and its mean difference from
-``as_configured``'s on the same batches (with the standard error).
+``as_configured``'s on the same batches (with its standard error, naive and
+allowing for the correlation of consecutive iterations).
 
     python -m bench.width_decomposition --gin_file async_ppo_bullet_ant.gin --root_dir /tmp/wd --out wd.jsonl --bindings Trainer.num_env_steps=300000 Trainer.seed=0
 """
@@ -214,12 +215,31 @@ def counterfactual_steps(out_path: str, variants: Sequence[str]
         PPOLearner.train = real_train
 
 
+def newey_west_stderr(values: Sequence[float]) -> Optional[float]:
+    """Standard error of the mean of a series whose neighbours are correlated
+    (consecutive iterations of one run): Newey-West with Bartlett weights
+    1 - k / (L + 1) for lags k = 1..L, L = floor(n ** (1/3)). None for fewer
+    than three values; 0.0 where the weighted variance comes out negative."""
+    n = len(values)
+    if n < 3:
+        return None
+    mean = sum(values) / n
+    centred = [v - mean for v in values]
+    longest = int(n ** (1.0 / 3.0))
+    variance = sum(c * c for c in centred) / n
+    for k in range(1, longest + 1):
+        autocovariance = sum(centred[i] * centred[i - k] for i in range(k, n)) / n
+        variance += 2.0 * (1.0 - k / (longest + 1.0)) * autocovariance
+    return math.sqrt(max(variance, 0.0) / n)
+
+
 def summarize(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Per lag: iterations, mean real d log std, per variant mean d log std and
-    its mean difference from as_configured's on the same batches, with the
-    standard error (None for one iteration; it takes the iterations as
-    independent, and consecutive ones are somewhat correlated, so it is a
-    little small)."""
+    its mean difference from as_configured's on the same batches, with two
+    standard errors of that difference: ``stderr`` takes the iterations as
+    independent (None for one iteration), ``stderr_autocorrelated`` allows for
+    the correlation of consecutive iterations (``newey_west_stderr``, in the
+    order of the rows; None for fewer than three)."""
     by_lag: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_lag[str(row["lag"])].append(row)
@@ -240,7 +260,8 @@ def summarize(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
             if n > 1:
                 stderr = math.sqrt(sum((d - mean_diff) ** 2 for d in diffs) / (n - 1) / n)
             entry[name] = {"d_log_std": sum(a for a, _ in pairs) / n,
-                           "minus_configured": mean_diff, "stderr": stderr}
+                           "minus_configured": mean_diff, "stderr": stderr,
+                           "stderr_autocorrelated": newey_west_stderr(diffs)}
         summary[lag] = entry
     checks = [r["check_error"] for r in rows if "check_error" in r]
     summary["max_check_error"] = max(checks) if checks else None

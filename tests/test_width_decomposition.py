@@ -133,3 +133,25 @@ def test_summary_pairs_each_variant_with_the_configured_step_of_its_batch():
     assert summary["1"]["real_d_log_std"] == pytest.approx(-4.0)
     assert summary["0"]["as_configured"]["stderr"] is None  # one iteration
     assert summary["max_check_error"] == 0.0
+
+
+def test_newey_west_stderr_weights_the_neighbours_of_a_correlated_series():
+    blocky = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    # n = 9, L = 2: autocovariances 2/9, 8/81, -2/81 with weights 1, 4/3, 2/3
+    assert width_decomposition.newey_west_stderr(blocky) == pytest.approx(math.sqrt(82 / 2187))
+    naive = math.sqrt(sum((v - 1 / 3) ** 2 for v in blocky) / 8 / 9)
+    assert width_decomposition.newey_west_stderr(blocky) > naive
+    alternating = [0.0, 1.0] * 5
+    alternating_naive = math.sqrt(sum((v - 0.5) ** 2 for v in alternating) / 9 / 10)
+    assert width_decomposition.newey_west_stderr(alternating) < alternating_naive
+    assert width_decomposition.newey_west_stderr([1.0, 2.0]) is None
+
+
+def test_summary_gives_the_autocorrelated_stderr_of_the_differences_in_row_order():
+    diffs = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    rows = [{"lag": 1, "real": -1.0, "variants": {"as_configured": {"d_log_std": -1.0},
+                                                  "none": {"d_log_std": -1.0 + d}}}
+            for d in diffs]
+    entry = width_decomposition.summarize(rows)["1"]["none"]
+    assert entry["stderr_autocorrelated"] == pytest.approx(math.sqrt(82 / 2187))
+    assert entry["stderr"] == pytest.approx(math.sqrt(2 / 9 * 9 / 8 / 9))
