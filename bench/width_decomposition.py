@@ -225,7 +225,11 @@ def newey_west_stderr(values: Sequence[float]) -> Optional[float]:
         return None
     mean = sum(values) / n
     centred = [v - mean for v in values]
-    longest = int(n ** (1.0 / 3.0))
+    longest = round(n ** (1.0 / 3.0))  # floor of the cube root, exact at cubes
+    while longest ** 3 > n:
+        longest -= 1
+    while (longest + 1) ** 3 <= n:
+        longest += 1
     variance = sum(c * c for c in centred) / n
     for k in range(1, longest + 1):
         autocovariance = sum(centred[i] * centred[i - k] for i in range(k, n)) / n

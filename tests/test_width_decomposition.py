@@ -145,6 +145,16 @@ def test_newey_west_stderr_weights_the_neighbours_of_a_correlated_series():
     alternating_naive = math.sqrt(sum((v - 0.5) ** 2 for v in alternating) / 9 / 10)
     assert width_decomposition.newey_west_stderr(alternating) < alternating_naive
     assert width_decomposition.newey_west_stderr([1.0, 2.0]) is None
+    # n = 64 is a cube: L = 4 (float 64 ** (1/3) is 3.999...), so a period-5
+    # series, whose autocovariance at lag 5 would count only with L = 5, gives
+    # a variance from lags 0-4 alone
+    series = [float(i % 5) for i in range(64)]
+    mean = sum(series) / 64
+    c = [v - mean for v in series]
+    gamma = [sum(c[i] * c[i - k] for i in range(k, 64)) / 64 for k in range(6)]
+    expected = gamma[0] + sum(2 * (1 - k / 5) * gamma[k] for k in range(1, 5))
+    assert width_decomposition.newey_west_stderr(series) == pytest.approx(
+        math.sqrt(max(expected, 0.0) / 64))
 
 
 def test_summary_gives_the_autocorrelated_stderr_of_the_differences_in_row_order():
