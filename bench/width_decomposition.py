@@ -104,8 +104,6 @@ def _uncentred(advantages: torch.Tensor, epsilon: float = 1e-8,
                weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A / std(A) [B]: scaled as PPO2 scales (the std over the ``valid``
     samples), not centred; ``weight`` is ignored."""
-    if valid is None:
-        return advantages / (advantages.std(unbiased=False) + epsilon)
     centred = advantages - ppo_loss_module.masked_mean(advantages, valid)
     return advantages / (ppo_loss_module.masked_mean(centred * centred, valid).sqrt() + epsilon)
 
@@ -225,9 +223,7 @@ def newey_west_stderr(values: Sequence[float]) -> Optional[float]:
         return None
     mean = sum(values) / n
     centred = [v - mean for v in values]
-    longest = round(n ** (1.0 / 3.0))  # floor of the cube root, exact at cubes
-    while longest ** 3 > n:
-        longest -= 1
+    longest = 0  # the floor of n's cube root, in integers (float 64 ** (1/3) < 4)
     while (longest + 1) ** 3 <= n:
         longest += 1
     variance = sum(c * c for c in centred) / n
