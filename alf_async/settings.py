@@ -112,8 +112,13 @@ class TrainerSettings:
             the same CPU model (bench rows' ``cpu_model``: name, family,
             model, vector extensions) and library versions; on another
             model the float kernels round differently from the first
-            batch on, and the run is another sample of the config. An
-            asynchronous run (N >= 2) differs from run to run.
+            batch on, and the run is another sample of the config. It also
+            needs the same sampling layout: each group of envs (set by
+            ``num_env_workers`` and ``env_splits`` as resolved, which "auto"
+            derives from the machine's usable cores) draws its actions from a
+            stream of its own, so another layout is another sample from the
+            first step on. An asynchronous run (N >= 2) differs from run to
+            run.
         backend: "process" (actor processes), "inprocess" (N = 1 only; the
             actor runs in the trainer's process) or "ray" (each actor is a Ray
             actor, on any node of a Ray cluster; see ``RayBackend.*`` and
