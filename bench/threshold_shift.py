@@ -1,0 +1,203 @@
+"""Does one config of the PyBullet suite need more env steps than another to
+each return threshold, beyond what seed noise gives? A two-sample permutation
+test on bench/suite.py's results files (no training here).
+
+A group is the runs of one mode read from one or more results files (for
+instance the sync rows of several sittings, or the async rows of a screen).
+Each run gives, per curve (``suite_report.CURVES``) and threshold
+(``suite_report.threshold_scores``), the env steps of its first point at or
+above the threshold, or, where it never got there, the env steps it stopped
+at: a censored value, the true one lies beyond it. Two runs compare by
+Gehan's generalized Wilcoxon score: +1 where the first certainly needed more
+env steps than the second, -1 where certainly fewer, 0 where a censored value
+leaves it open or they tie. U sums the scores of every (candidate run,
+reference run) pair. The one-sided p that the candidate is slower is the
+share of the relabellings of the pooled runs into groups of the same sizes
+whose U is at least the observed one (every relabelling up to
+``EXACT_LIMIT``, else that many seeded random draws); ``p_faster`` the same
+for U at most the observed one. A small p_slower says the candidate's runs
+sit above the reference's more consistently than drawing both from one
+config gives; it says nothing of how much (the medians' ratio does).
+
+    python -m bench.threshold_shift --env ant \\
+        --reference sync@docs/suite/current/ant_back_to_back_1M_zen2.jsonl \\
+        --candidate async@docs/suite/current/ant_back_to_back_1M_zen2_seeds3-5.jsonl
+
+A group is ``[LABEL=]MODE@FILE[,FILE...]``; ``--candidate`` repeats. Prints
+one JSON line: per candidate, curve and threshold, both groups' medians over
+every run (``suite_report.median_over_every_run``), their ratio, how many
+runs got there, U, the number of pairs, p_slower and p_faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bench import benchlib
+from bench.suite_report import (CURVES, MODES, ZOO_PPO_SCORES, first_at_or_above,
+                                median_over_every_run, threshold_scores)
+
+EXACT_LIMIT = 200_000  # relabellings enumerated whole; above it, this many random draws
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One run's env steps to a threshold (``reached``), or the env steps it
+    stopped at without getting there (not ``reached``: censored)."""
+
+    env_steps: float
+    reached: bool
+
+
+def gehan_score(a: Reach, b: Reach) -> int:
+    """+1 where run a certainly needed more env steps than run b, -1 where
+    certainly fewer, 0 where censoring leaves it open (or they tie)."""
+    if a.reached and b.reached:
+        return (a.env_steps > b.env_steps) - (a.env_steps < b.env_steps)
+    if a.reached:  # b got no further than b.env_steps without reaching it
+        return -1 if a.env_steps <= b.env_steps else 0
+    if b.reached:
+        return 1 if b.env_steps <= a.env_steps else 0
+    return 0
+
+
+def permutation_test(candidate: Sequence[Reach], reference: Sequence[Reach],
+                     seed: int = 0) -> Dict[str, float]:
+    """U (sum of ``gehan_score`` over every (candidate, reference) pair), the
+    number of pairs and the one-sided permutation p values of U >= observed
+    (``p_slower``) and U <= observed (``p_faster``) over relabellings of the
+    pooled runs into groups of the same sizes."""
+    pooled = list(candidate) + list(reference)
+    n, total = len(candidate), len(pooled)
+    if n == 0 or n == total:
+        raise ValueError("both groups need at least one run")
+    scores = [[gehan_score(a, b) for b in pooled] for a in pooled]
+    row_sums = [sum(row) for row in scores]
+
+    def statistic(members: Sequence[int]) -> int:
+        # sum over i in the group, j outside it: row i's total less the group's own columns
+        inside = set(members)
+        return sum(row_sums[i] - sum(scores[i][j] for j in inside) for i in members)
+
+    observed = statistic(range(n))
+    count = math.comb(total, n)
+    if count <= EXACT_LIMIT:
+        labellings = itertools.combinations(range(total), n)
+        draws = count
+    else:
+        rng = random.Random(seed)
+        labellings = (rng.sample(range(total), n) for _ in range(EXACT_LIMIT))
+        draws = EXACT_LIMIT
+    at_least = at_most = 0
+    for members in labellings:
+        u = statistic(members)
+        at_least += u >= observed
+        at_most += u <= observed
+    return {"U": observed, "pairs": n * (total - n), "p_slower": at_least / draws,
+            "p_faster": at_most / draws, "exact": count <= EXACT_LIMIT}
+
+
+def reach(result: Dict[str, Any], curve: str, score: float) -> Reach:
+    """``result``'s env steps to ``score`` on ``curve``, or censored at the
+    env steps it trained (``total_env_steps``, else its curve's last point)."""
+    hit = first_at_or_above(result[curve], score)
+    if hit is not None:
+        return Reach(float(hit[0]), True)
+    points = result[curve]
+    stopped = result.get("total_env_steps") or (points[-1][0] if points else 0)
+    return Reach(float(stopped), False)
+
+
+def parse_group(spec: str) -> Tuple[str, str, List[str]]:
+    """``[LABEL=]MODE@FILE[,FILE...]`` -> (label, mode, files)."""
+    label, _, rest = spec.rpartition("=") if "=" in spec.split("@")[0] else ("", "", spec)
+    mode, at, files = rest.partition("@")
+    if not at or mode not in MODES or not files:
+        raise ValueError(f"a group is [LABEL=]MODE@FILE[,FILE...] with MODE one of "
+                         f"{', '.join(MODES)}; got {spec!r}")
+    return label or mode, mode, files.split(",")
+
+
+def load_group(env: str, mode: str, files: Sequence[str]) -> List[Dict[str, Any]]:
+    """The results of ``env`` in ``mode`` from ``files`` (JSON lines of bench/suite.py)."""
+    runs = []
+    for path in files:
+        if not os.path.isfile(path):
+            raise ValueError(f"results file {path!r} does not exist")
+        runs += [r for r in benchlib.read_jsonl(path)
+                 if r.get("env") == env and r.get("mode") == mode]
+    return runs
+
+
+def _median(reaches: Sequence[Reach]) -> Optional[float]:
+    return median_over_every_run([r.env_steps if r.reached else None for r in reaches])
+
+
+def compare(env: str, candidate: Sequence[Dict[str, Any]],
+            reference: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """curve -> threshold name -> the figures of ``candidate`` against
+    ``reference`` (see the module docstring)."""
+    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for curve in CURVES:
+        cand = [r for r in candidate if r.get(curve)]
+        ref = [r for r in reference if r.get(curve)]
+        if not cand or not ref:
+            continue
+        cells = {}
+        for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
+            a, b = [reach(r, curve, score) for r in cand], [reach(r, curve, score) for r in ref]
+            if not any(x.reached for x in a + b):
+                continue
+            ma, mb = _median(a), _median(b)
+            cells[name] = {
+                "candidate_median": ma, "reference_median": mb,
+                "ratio_of_medians": None if ma is None or mb is None else round(ma / mb, 3),
+                "candidate_reached": sum(x.reached for x in a),
+                "reference_reached": sum(x.reached for x in b),
+                **permutation_test(a, b)}
+        out[curve] = cells
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", required=True, choices=sorted(ZOO_PPO_SCORES))
+    parser.add_argument("--reference", required=True, help="[LABEL=]MODE@FILE[,FILE...]")
+    parser.add_argument("--candidate", required=True, action="append",
+                        help="[LABEL=]MODE@FILE[,FILE...] (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        ref_label, ref_mode, ref_files = parse_group(args.reference)
+        groups = [parse_group(spec) for spec in args.candidate]
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        reference = load_group(args.env, ref_mode, ref_files)
+        candidates = [(label, load_group(args.env, mode, files), mode, files)
+                      for label, mode, files in groups]
+    except ValueError as error:
+        parser.error(str(error))
+    if not reference:
+        parser.error(f"no {ref_mode} runs of {args.env} in {', '.join(ref_files)}")
+    line: Dict[str, Any] = {"bench": "threshold_shift", "env": args.env,
+                            "reference": {"label": ref_label, "runs": len(reference),
+                                          "seeds": sorted(r["seed"] for r in reference)},
+                            "candidates": []}
+    for label, runs, mode, files in candidates:
+        if not runs:
+            parser.error(f"no {mode} runs of {args.env} in {', '.join(files)}")
+        line["candidates"].append({"label": label, "runs": len(runs),
+                                   "seeds": sorted(r["seed"] for r in runs),
+                                   "curves": compare(args.env, runs, reference)})
+    benchlib.emit(line)
+    return line
+
+
+if __name__ == "__main__":
+    main()
