@@ -24,9 +24,10 @@ config gives; it says nothing of how much (the medians' ratio does).
         --candidate async@docs/suite/current/ant_back_to_back_1M_zen2_seeds3-5.jsonl
 
 A group is ``[LABEL=]MODE@FILE[,FILE...]``; ``--candidate`` repeats. Prints
-one JSON line: per candidate, curve and threshold, both groups' medians over
-every run (``suite_report.median_over_every_run``), their ratio, how many
-runs got there, U, the number of pairs, p_slower and p_faster.
+one JSON line: per candidate, curve and threshold, both groups' Kaplan-Meier
+medians (``km_median``: runs of different budgets pool correctly; with one
+budget this is ``suite_report.median_over_every_run``), their ratio, how
+many runs got there, U, the number of pairs, p_slower and p_faster.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench import benchlib
 from bench.suite_report import (CURVES, MODES, ZOO_PPO_SCORES, first_at_or_above,
-                                median_over_every_run, threshold_scores)
+                                threshold_scores)
 
 EXACT_LIMIT = 200_000  # relabellings enumerated whole; above it, this many random draws
 
@@ -135,8 +136,26 @@ def load_group(env: str, mode: str, files: Sequence[str]) -> List[Dict[str, Any]
     return runs
 
 
-def _median(reaches: Sequence[Reach]) -> Optional[float]:
-    return median_over_every_run([r.env_steps if r.reached else None for r in reaches])
+def km_median(reaches: Sequence[Reach]) -> Optional[float]:
+    """The Kaplan-Meier median of the env steps to a threshold: a run that
+    stopped without getting there counts as at risk up to the env steps it
+    trained and not after, so runs of different budgets pool correctly. Where
+    the estimate of "not yet there" sits at exactly one half between two
+    arrivals, their midpoint (the ordinary median when nobody was censored;
+    with every censored run beyond every arrival this is
+    ``suite_report.median_over_every_run``); None where it never falls to one
+    half (the median lies among the censored runs)."""
+    arrivals = sorted({r.env_steps for r in reaches if r.reached})
+    survival = 1.0
+    for i, t in enumerate(arrivals):
+        at_risk = sum(r.env_steps >= t for r in reaches)
+        arrived = sum(r.reached and r.env_steps == t for r in reaches)
+        survival *= 1.0 - arrived / at_risk
+        if math.isclose(survival, 0.5):
+            return (t + arrivals[i + 1]) / 2 if i + 1 < len(arrivals) else None
+        if survival < 0.5:
+            return t
+    return None
 
 
 def compare(env: str, candidate: Sequence[Dict[str, Any]],
@@ -154,7 +173,7 @@ def compare(env: str, candidate: Sequence[Dict[str, Any]],
             a, b = [reach(r, curve, score) for r in cand], [reach(r, curve, score) for r in ref]
             if not any(x.reached for x in a + b):
                 continue
-            ma, mb = _median(a), _median(b)
+            ma, mb = km_median(a), km_median(b)
             cells[name] = {
                 "candidate_median": ma, "reference_median": mb,
                 "ratio_of_medians": None if ma is None or mb is None else round(ma / mb, 3),

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 
 import pytest
 
 from bench import threshold_shift as shift
+from bench.suite_report import median_over_every_run
 from bench.threshold_shift import Reach
 
 REPO = __file__.rsplit("/tests/", 1)[0]
@@ -79,6 +81,25 @@ def test_an_empty_group_is_refused():
         shift.permutation_test([], [Reach(1, True)])
 
 
+def test_with_one_budget_the_km_median_is_the_median_over_every_run():
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(1, 9)
+        steps = [rng.choice([None, *range(50_000, 1_000_001, 50_000)]) for _ in range(n)]
+        reaches = [Reach(1e6 + 4096, False) if s is None else Reach(s, True) for s in steps]
+        assert shift.km_median(reaches) == median_over_every_run(steps), steps
+
+
+def test_a_run_censored_early_leaves_the_risk_set_at_its_budget():
+    """A run that stopped at 0.5M without getting there says nothing about
+    0.7M: the median of {0.3M, 0.7M, 0.9M and a miss at 0.5M} is 0.7M, where
+    counting the miss as the slowest run would give 0.8M."""
+    reaches = [Reach(3e5, True), Reach(5e5, False), Reach(7e5, True), Reach(9e5, True)]
+    assert shift.km_median(reaches) == 7e5
+    assert median_over_every_run([3e5, None, 7e5, 9e5]) == 8e5
+    assert shift.km_median([Reach(5e5, False)] * 3 + [Reach(1e5, True)]) is None
+
+
 def _result(mode: str, seed: int, steps_to_1000: int, budget: int = 1_000_000):
     """A bench/suite.py result whose eval and training curves cross 1000 at
     ``steps_to_1000`` (never, if it is beyond ``budget``)."""
@@ -108,7 +129,7 @@ def test_the_command_reads_groups_from_results_files(tmp_path):
     assert cell["candidate_reached"] == 3 and cell["reference_reached"] == 4
     assert cell["U"] == 16 and cell["pairs"] == 16  # every async run after every sync run
     assert cell["p_slower"] == pytest.approx(1 / math.comb(8, 4), abs=1e-6)  # 6 digits
-    # medians over every run: async's miss counts as its slowest
+    # Kaplan-Meier medians: async's miss (at 1M, past every arrival) is its slowest
     assert cell["candidate_median"] == pytest.approx(575_000)
     assert cell["reference_median"] == pytest.approx(325_000)
     assert "1500" not in candidate["curves"]["evaluations"]  # nobody got there
