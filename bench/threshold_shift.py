@@ -117,7 +117,7 @@ def reach(result: Dict[str, Any], curve: str, score: float) -> Reach:
 
 def parse_group(spec: str) -> Tuple[str, str, List[str]]:
     """``[LABEL=]MODE@FILE[,FILE...]`` -> (label, mode, files)."""
-    label, _, rest = spec.rpartition("=") if "=" in spec.split("@")[0] else ("", "", spec)
+    label, _, rest = spec.partition("=") if "=" in spec.split("@")[0] else ("", "", spec)
     mode, at, files = rest.partition("@")
     if not at or mode not in MODES or not files:
         raise ValueError(f"a group is [LABEL=]MODE@FILE[,FILE...] with MODE one of "

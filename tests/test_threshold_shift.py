@@ -135,6 +135,13 @@ def test_the_command_reads_groups_from_results_files(tmp_path):
     assert "1500" not in candidate["curves"]["evaluations"]  # nobody got there
 
 
+def test_a_group_spec_splits_at_the_first_equals_sign_and_the_at_sign():
+    assert shift.parse_group("async@a.jsonl,b.jsonl") == ("async", "async", ["a.jsonl", "b.jsonl"])
+    assert shift.parse_group("lag0=async@runs/x=1/r.jsonl") == ("lag0", "async",
+                                                                 ["runs/x=1/r.jsonl"])
+    assert shift.parse_group("sync@runs/x=1/r.jsonl") == ("sync", "sync", ["runs/x=1/r.jsonl"])
+
+
 @pytest.mark.parametrize("spec, message", [
     ("sideways@x.jsonl", "MODE one of"),
     ("sync", "MODE one of"),
