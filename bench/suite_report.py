@@ -4,10 +4,13 @@ line per finished run; no training here).
 Per env: the zoo's published PPO score; for sync and async, the deterministic
 eval return at 1M and 2M env steps (mean and [min - max] over seeds), the env
 steps and training time to each threshold (1000, 1500, 2000, 2500, the zoo's
-score and 90% of it) as medians over the seeds that got there, and as medians
-over every seed's run, one that never got there counted as slower than any
-that did (``median_over_every_run``: the first kind favours the mode whose
-slow seeds never arrive, since only its fast ones are counted); per seed run in
+score and 90% of it) as medians over the seeds that got there, and as
+Kaplan-Meier medians over every seed's run (``censored_steps.km_median``: a
+run that never got there counts as not there yet up to the env steps it
+trained; with one budget, as slower than any run that did. The first kind
+favours the mode whose slow seeds never arrive, since only its fast ones are
+counted), with the one-sided permutation p that async's runs need more env
+steps than sync's (``mode_shift``, Gehan's scores); per seed run in
 both modes, async's env steps and time to each threshold over sync's (issue
 24's lag targets are stated per seed), and where both runs of the seed measured
 their envs stepping alone before training (``envs_alone_steps_per_s``), a third
@@ -31,12 +34,12 @@ ZOO_PPO_SCORES below.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import sys
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from bench import benchlib
+from bench.censored_steps import Reach, km_median, permutation_test
 
 # env key -> (gymnasium id, the zoo's published PPO score at 2M env steps)
 ZOO_PPO_SCORES: Dict[str, tuple] = {
@@ -70,15 +73,15 @@ def eval_at(evals: Sequence[Dict[str, Any]], env_steps: int) -> Optional[float]:
     return None if hit is None else hit["eval_return"]
 
 
-def median_over_every_run(steps: Iterable[Optional[float]]) -> Optional[float]:
-    """The median of the env steps to a threshold over every run of a config,
-    a run that never got there (None) counted as slower than every run that
-    did: None where the median falls on such a run (more than half of the runs,
-    or exactly half of an even number, never got there), so a median is never
-    taken over the fast runs only."""
-    ordered = sorted(steps, key=lambda s: math.inf if s is None else s)
-    middle = ordered[(len(ordered) - 1) // 2: len(ordered) // 2 + 1]
-    return None if not middle or any(s is None for s in middle) else benchlib.mean(middle)
+def reach(result: Dict[str, Any], curve: str, score: float) -> Reach:
+    """``result``'s env steps to ``score`` on ``curve``, or censored at the
+    env steps it trained (``total_env_steps``, else its curve's last point)."""
+    hit = first_at_or_above(result[curve], score)
+    if hit is not None:
+        return Reach(float(hit[0]), True)
+    points = result[curve]
+    stopped = result.get("total_env_steps") or (points[-1][0] if points else 0)
+    return Reach(float(stopped), False)
 
 
 def threshold_scores(zoo: float) -> List[tuple]:
@@ -122,8 +125,8 @@ def summarize(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
                 entry[f"reached_{name}"] = len(steps)
                 entry[f"steps_to_{name}"] = benchlib.median(steps) if steps else None
                 entry[f"wall_s_to_{name}"] = benchlib.median(walls) if walls else None
-                entry[f"every_run_steps_to_{name}"] = median_over_every_run(
-                    None if h is None else h[0] for h in hits)
+                entry[f"every_run_steps_to_{name}"] = km_median(
+                    [reach(r, curve, score) for r in runs if curve in r])
             entry["env_steps_per_s"] = benchlib.median(
                 r["env_steps_per_s"] for r in runs if r.get("env_steps_per_s"))
             summary.setdefault(env, {})[mode] = entry
@@ -149,9 +152,11 @@ def _ratio(num: Optional[float], den: Optional[float]) -> str:
     return "-" if num is None or den is None or not den else f"{num / den:.2f}"
 
 
-def _every_run_ratio(async_steps: Optional[float], sync_steps: Optional[float]) -> str:
-    """A cell of the every-run row: async / sync of the medians over every
-    run (``median_over_every_run``), with the two medians in M env steps."""
+def _every_run_ratio(async_steps: Optional[float], sync_steps: Optional[float],
+                     shift: Optional[Dict[str, Any]] = None) -> str:
+    """A cell of the every-run row: async / sync of the Kaplan-Meier medians
+    over every run, with the two medians in M env steps, and where ``shift``
+    (a ``permutation_test``) is given, the p that async is slower."""
     def m(steps: Optional[float]) -> str:
         return "beyond" if steps is None else f"{steps / 1e6:.2f}M"
     if async_steps is None or sync_steps is None:
@@ -159,13 +164,38 @@ def _every_run_ratio(async_steps: Optional[float], sync_steps: Optional[float]) 
             "async only" if sync_steps is None else "sync only")
     else:
         ratio = f"{async_steps / sync_steps:.2f}"
-    return f"{ratio} ({m(async_steps)} / {m(sync_steps)})"
+    p = "" if shift is None else f", p {shift['p_slower']:.3f}"
+    return f"{ratio} ({m(async_steps)} / {m(sync_steps)}{p})"
+
+
+def mode_shift(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
+               ) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """env -> threshold name -> ``permutation_test`` of async's runs against
+    sync's (every seed of each mode, runs that never got there censored at
+    their budget): U, the pairs, ``p_slower`` (async's runs sit above sync's
+    more consistently than one config's seeds do) and ``p_faster``. Envs with
+    runs of one mode only and thresholds nobody reached are left out."""
+    shifts: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for env, (_, zoo) in ZOO_PPO_SCORES.items():
+        groups = {mode: [r for r in results
+                         if r["env"] == env and r["mode"] == mode and curve in r]
+                  for mode in MODES}
+        if not groups["sync"] or not groups["async"]:
+            continue
+        for name, score in threshold_scores(zoo):
+            cand = [reach(r, curve, score) for r in groups["async"]]
+            ref = [reach(r, curve, score) for r in groups["sync"]]
+            if any(x.reached for x in cand + ref):
+                shifts.setdefault(env, {})[name] = permutation_test(cand, ref)
+    return shifts
 
 
 def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]],
-                    curve: str = "evaluations") -> str:
+                    curve: str = "evaluations",
+                    shifts: Optional[Dict[str, Dict[str, Dict[str, Any]]]] = None) -> str:
     """One table per env: rows sync / async, and async / sync where both have
-    the figure; thresholds on ``curve``."""
+    the figure (with ``shifts``, ``mode_shift``'s p in the every-run row);
+    thresholds on ``curve``."""
     out = []
     for env, modes in summary.items():
         env_id, zoo = ZOO_PPO_SCORES[env]
@@ -187,15 +217,19 @@ def markdown_tables(summary: Dict[str, Dict[str, Dict[str, Any]]],
             out.append(f"| async / sync | {_ratio(a['eval_at_1M'], s['eval_at_1M'])} "
                        f"| {_ratio(a['eval_at_2M'], s['eval_at_2M'])} | " + " | ".join(cells)
                        + f" | {_ratio(a['env_steps_per_s'], s['env_steps_per_s'])} |")
+            env_shifts = (shifts or {}).get(env, {})
             out.append("| async / sync, every run | | | " + " | ".join(
-                _every_run_ratio(a[f"every_run_steps_to_{n}"], s[f"every_run_steps_to_{n}"])
+                _every_run_ratio(a[f"every_run_steps_to_{n}"], s[f"every_run_steps_to_{n}"],
+                                 env_shifts.get(n))
                 for n in names) + " | |")
         out.append("")
     out.append("Eval: mean over seeds [min - max]; to X: median env steps (M) and training "
                "minutes over the seeds that got there (k/n seeds); async / sync: ratios of "
-               "those medians. Every run: the median env steps over all seeds of each mode, a "
-               "run that never got there counted as the slowest (\"beyond\": that median "
-               "falls on such a run), and their ratio.")
+               "those medians. Every run: the Kaplan-Meier median env steps over all seeds of "
+               "each mode, a run that never got there counted as not there yet up to its "
+               "budget (with one budget: as the slowest; \"beyond\": the median lies past "
+               "every arrival), their ratio, and p: the one-sided permutation p (Gehan's "
+               "scores) that async's runs need more env steps than sync's.")
     return "\n".join(out)
 
 
@@ -512,14 +546,16 @@ def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
     returns the figures for the bench's JSON line."""
     figures: Dict[str, Any] = {}
     for curve in CURVES:
-        summary = summarize(results, curve)
-        for table in (markdown_tables(summary, curve), seed_ratio_tables(results, curve),
+        summary, shifts = summarize(results, curve), mode_shift(results, curve)
+        for table in (markdown_tables(summary, curve, shifts),
+                      seed_ratio_tables(results, curve),
                       seed_spread_tables(results, curve)):
             print(table, file=sys.stderr)
         ratios = {env: {str(seed): cells for seed, cells in seeds.items()}
                   for env, seeds in seed_ratios(results, curve).items()}
         prefix = "" if curve == "evaluations" else "training_"
         figures.update({f"{prefix}envs": summary, f"{prefix}seed_ratios": ratios,
+                        f"{prefix}mode_shift": shifts,
                         f"{prefix}seed_spread": seed_spread(results, curve),
                         f"{prefix}same_seed_spread": same_seed_spread(results, curve)})
     figures["envs_time_ratios"] = {env: {str(seed): ratio for seed, ratio in seeds.items()}

@@ -25,94 +25,21 @@ config gives; it says nothing of how much (the medians' ratio does).
 
 A group is ``[LABEL=]MODE@FILE[,FILE...]``; ``--candidate`` repeats. Prints
 one JSON line: per candidate, curve and threshold, both groups' Kaplan-Meier
-medians (``km_median``: runs of different budgets pool correctly; with one
-budget this is ``suite_report.median_over_every_run``), their ratio, how
-many runs got there, U, the number of pairs, p_slower and p_faster.
+medians (``censored_steps.km_median``: runs of different budgets pool
+correctly; with one budget a run that never got there counts as the slowest,
+as in suite_report's every-run row), their ratio, how many runs got there, U,
+the number of pairs, p_slower and p_faster.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import math
 import os
-import random
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench import benchlib
-from bench.suite_report import (CURVES, MODES, ZOO_PPO_SCORES, first_at_or_above,
-                                threshold_scores)
-
-EXACT_LIMIT = 200_000  # relabellings enumerated whole; above it, this many random draws
-
-
-@dataclass(frozen=True)
-class Reach:
-    """One run's env steps to a threshold (``reached``), or the env steps it
-    stopped at without getting there (not ``reached``: censored)."""
-
-    env_steps: float
-    reached: bool
-
-
-def gehan_score(a: Reach, b: Reach) -> int:
-    """+1 where run a certainly needed more env steps than run b, -1 where
-    certainly fewer, 0 where censoring leaves it open (or they tie)."""
-    if a.reached and b.reached:
-        return (a.env_steps > b.env_steps) - (a.env_steps < b.env_steps)
-    if a.reached:  # b got no further than b.env_steps without reaching it
-        return -1 if a.env_steps <= b.env_steps else 0
-    if b.reached:
-        return 1 if b.env_steps <= a.env_steps else 0
-    return 0
-
-
-def permutation_test(candidate: Sequence[Reach], reference: Sequence[Reach],
-                     seed: int = 0) -> Dict[str, float]:
-    """U (sum of ``gehan_score`` over every (candidate, reference) pair), the
-    number of pairs and the one-sided permutation p values of U >= observed
-    (``p_slower``) and U <= observed (``p_faster``) over relabellings of the
-    pooled runs into groups of the same sizes."""
-    pooled = list(candidate) + list(reference)
-    n, total = len(candidate), len(pooled)
-    if n == 0 or n == total:
-        raise ValueError("both groups need at least one run")
-    scores = [[gehan_score(a, b) for b in pooled] for a in pooled]
-    row_sums = [sum(row) for row in scores]
-
-    def statistic(members: Sequence[int]) -> int:
-        # sum over i in the group, j outside it: row i's total less the group's own columns
-        inside = set(members)
-        return sum(row_sums[i] - sum(scores[i][j] for j in inside) for i in members)
-
-    observed = statistic(range(n))
-    count = math.comb(total, n)
-    if count <= EXACT_LIMIT:
-        labellings = itertools.combinations(range(total), n)
-        draws = count
-    else:
-        rng = random.Random(seed)
-        labellings = (rng.sample(range(total), n) for _ in range(EXACT_LIMIT))
-        draws = EXACT_LIMIT
-    at_least = at_most = 0
-    for members in labellings:
-        u = statistic(members)
-        at_least += u >= observed
-        at_most += u <= observed
-    return {"U": observed, "pairs": n * (total - n), "p_slower": at_least / draws,
-            "p_faster": at_most / draws, "exact": count <= EXACT_LIMIT}
-
-
-def reach(result: Dict[str, Any], curve: str, score: float) -> Reach:
-    """``result``'s env steps to ``score`` on ``curve``, or censored at the
-    env steps it trained (``total_env_steps``, else its curve's last point)."""
-    hit = first_at_or_above(result[curve], score)
-    if hit is not None:
-        return Reach(float(hit[0]), True)
-    points = result[curve]
-    stopped = result.get("total_env_steps") or (points[-1][0] if points else 0)
-    return Reach(float(stopped), False)
+from bench.censored_steps import km_median, permutation_test
+from bench.suite_report import CURVES, MODES, ZOO_PPO_SCORES, reach, threshold_scores
 
 
 def parse_group(spec: str) -> Tuple[str, str, List[str]]:
@@ -134,28 +61,6 @@ def load_group(env: str, mode: str, files: Sequence[str]) -> List[Dict[str, Any]
         runs += [r for r in benchlib.read_jsonl(path)
                  if r.get("env") == env and r.get("mode") == mode]
     return runs
-
-
-def km_median(reaches: Sequence[Reach]) -> Optional[float]:
-    """The Kaplan-Meier median of the env steps to a threshold: a run that
-    stopped without getting there counts as at risk up to the env steps it
-    trained and not after, so runs of different budgets pool correctly. Where
-    the estimate of "not yet there" sits at exactly one half between two
-    arrivals, their midpoint (the ordinary median when nobody was censored;
-    with every censored run beyond every arrival this is
-    ``suite_report.median_over_every_run``); None where it never falls to one
-    half (the median lies among the censored runs)."""
-    arrivals = sorted({r.env_steps for r in reaches if r.reached})
-    survival = 1.0
-    for i, t in enumerate(arrivals):
-        at_risk = sum(r.env_steps >= t for r in reaches)
-        arrived = sum(r.reached and r.env_steps == t for r in reaches)
-        survival *= 1.0 - arrived / at_risk
-        if math.isclose(survival, 0.5):
-            return (t + arrivals[i + 1]) / 2 if i + 1 < len(arrivals) else None
-        if survival < 0.5:
-            return t
-    return None
 
 
 def compare(env: str, candidate: Sequence[Dict[str, Any]],

@@ -253,11 +253,8 @@ def test_envs_alone_measures_both_modes_layouts_of_hopper():
 def test_every_run_median_counts_a_run_that_never_got_there_as_the_slowest():
     """Medians over the seeds that got there count only the fast seeds of a mode
     whose slow seeds never arrive; the every-run median counts each run, and
-    is "beyond" where it falls on a run that never got there."""
-    assert suite.median_over_every_run([300_000, None, 100_000]) == 300_000
-    assert suite.median_over_every_run([400_000, 100_000, 200_000, None]) == 300_000
-    assert suite.median_over_every_run([100_000, None]) is None
-    assert suite.median_over_every_run([]) is None
+    is "beyond" where it falls on a run that never got there; the permutation
+    p says how consistently async's runs sit after sync's."""
     # sync: all four seeds reach 1000 at once, two of them never 1500;
     # async: all four reach both, later
     fast, never = [[100_000, 10.0, 1600.0]], [[100_000, 10.0, 1200.0]]
@@ -273,6 +270,16 @@ def test_every_run_median_counts_a_run_that_never_got_there_as_the_slowest():
     # to 1000: 0.10M for sync, 0.30M for async (3.00); to 1500: async only
     assert "| 3.00 (0.30M / 0.10M) | async only (0.30M / beyond) |" in row
     assert "- (beyond / beyond)" in row
+    # with the permutation test: every async run after every sync run to 1000
+    # is the most extreme of the C(8, 4) = 70 labellings
+    shifts = suite.mode_shift(results)["half_cheetah"]
+    assert shifts["1000"]["U"] == 16 and shifts["1000"]["p_slower"] == 1 / 70
+    # to 1500 the two sync runs that stopped at 0.10M leave their pairs open
+    assert shifts["1500"]["U"] == 8
+    assert "2500" not in shifts  # nobody got there
+    table = suite.markdown_tables({"half_cheetah": summary}, shifts=suite.mode_shift(results))
+    row = next(line for line in table.splitlines() if line.startswith("| async / sync, every run"))
+    assert "| 3.00 (0.30M / 0.10M, p 0.014) |" in row
 
 
 def test_runs_from_two_cpu_models_are_named_and_split_pairs_listed():
