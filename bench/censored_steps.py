@@ -6,13 +6,9 @@ and bench/threshold_shift.py compares results files with them."""
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
-
-EXACT_LIMIT = 200_000  # relabellings enumerated whole; above it, this many random draws
+from typing import Any, Dict, List, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -36,40 +32,41 @@ def gehan_score(a: Reach, b: Reach) -> int:
     return 0
 
 
-def permutation_test(candidate: Sequence[Reach], reference: Sequence[Reach],
-                     seed: int = 0) -> Dict[str, float]:
+def subset_sum_counts(values: Sequence[int], size: int) -> Dict[int, int]:
+    """sum -> how many subsets of ``size`` of ``values`` (by position) have
+    that sum: a count over every subset without enumerating them (dynamic
+    programming over (subset size, sum); exact integers)."""
+    by_size: List[Dict[int, int]] = [{0: 1}] + [{} for _ in range(size)]
+    for value in values:
+        for k in range(size, 0, -1):  # downwards: each value joins a subset once
+            target = by_size[k]
+            for total, ways in by_size[k - 1].items():
+                target[total + value] = target.get(total + value, 0) + ways
+    return by_size[size]
+
+
+def permutation_test(candidate: Sequence[Reach], reference: Sequence[Reach]
+                     ) -> Dict[str, Any]:
     """U (sum of ``gehan_score`` over every (candidate, reference) pair), the
-    number of pairs and the one-sided permutation p values of U >= observed
-    (``p_slower``) and U <= observed (``p_faster``) over relabellings of the
-    pooled runs into groups of the same sizes."""
+    number of pairs and the exact one-sided permutation p values of U >=
+    observed (``p_slower``) and U <= observed (``p_faster``) over every
+    relabelling of the pooled runs into groups of the same sizes."""
     pooled = list(candidate) + list(reference)
     n, total = len(candidate), len(pooled)
     if n == 0 or n == total:
         raise ValueError("both groups need at least one run")
     # U of a group: the sum over i in it and j outside it of score(i, j). The
     # scores are antisymmetric, so the pairs inside the group cancel and U is
-    # the sum of the group's rows over every pooled run.
+    # the sum of the group's rows over every pooled run; the relabellings'
+    # U are then the sums of n of the pooled rows.
     row_sums = [sum(gehan_score(a, b) for b in pooled) for a in pooled]
-
-    def statistic(members: Sequence[int]) -> int:
-        return sum(row_sums[i] for i in members)
-
-    observed = statistic(range(n))
-    count = math.comb(total, n)
-    if count <= EXACT_LIMIT:
-        labellings = itertools.combinations(range(total), n)
-        draws = count
-    else:
-        rng = random.Random(seed)
-        labellings = (rng.sample(range(total), n) for _ in range(EXACT_LIMIT))
-        draws = EXACT_LIMIT
-    at_least = at_most = 0
-    for members in labellings:
-        u = statistic(members)
-        at_least += u >= observed
-        at_most += u <= observed
-    return {"U": observed, "pairs": n * (total - n), "p_slower": at_least / draws,
-            "p_faster": at_most / draws, "exact": count <= EXACT_LIMIT}
+    observed = sum(row_sums[:n])
+    counts = subset_sum_counts(row_sums, n)
+    labellings = math.comb(total, n)
+    at_least = sum(ways for u, ways in counts.items() if u >= observed)
+    at_most = sum(ways for u, ways in counts.items() if u <= observed)
+    return {"U": observed, "pairs": n * (total - n), "p_slower": at_least / labellings,
+            "p_faster": at_most / labellings}
 
 
 def km_median(reaches: Sequence[Reach]) -> Optional[float]:

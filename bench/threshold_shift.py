@@ -13,8 +13,8 @@ env steps than the second, -1 where certainly fewer, 0 where a censored value
 leaves it open or they tie. U sums the scores of every (candidate run,
 reference run) pair. The one-sided p that the candidate is slower is the
 share of the relabellings of the pooled runs into groups of the same sizes
-whose U is at least the observed one (every relabelling up to
-``EXACT_LIMIT``, else that many seeded random draws); ``p_faster`` the same
+whose U is at least the observed one (every relabelling counted, not
+sampled: ``censored_steps.permutation_test``); ``p_faster`` the same
 for U at most the observed one. A small p_slower says the candidate's runs
 sit above the reference's more consistently than drawing both from one
 config gives; it says nothing of how much (the medians' ratio does).

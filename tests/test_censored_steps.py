@@ -1,8 +1,10 @@
-"""bench/censored_steps.py: Gehan's scores with censored runs, the exact and
-the sampled permutation p values, and the Kaplan-Meier median."""
+"""bench/censored_steps.py: Gehan's scores with censored runs, the exact
+permutation p values (counted, checked against enumerating every
+relabelling), and the Kaplan-Meier median."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -47,7 +49,7 @@ def test_exact_p_counts_every_relabelling():
     to pick two of four runs only the observed one reaches U = 4."""
     out = stats.permutation_test([Reach(3, True), Reach(4, True)],
                                  [Reach(1, True), Reach(2, True)])
-    assert out["exact"] and out["U"] == 4 and out["pairs"] == 4
+    assert out["U"] == 4 and out["pairs"] == 4
     assert out["p_slower"] == pytest.approx(1 / 6)
     assert out["p_faster"] == 1.0
     # Swapped, the candidate is the faster group.
@@ -73,17 +75,45 @@ def test_identical_groups_are_no_evidence_either_way():
     assert out["p_slower"] > 0.5 and out["p_faster"] > 0.5
 
 
-def test_sampled_relabellings_approximate_the_exact_p(monkeypatch):
-    candidate = [Reach(s, True) for s in (4, 6, 7, 9, 10)]
-    reference = [Reach(s, True) for s in (1, 2, 3, 5, 8)]
-    exact = stats.permutation_test(candidate, reference)
-    monkeypatch.setattr(stats, "EXACT_LIMIT", 20_000)  # C(10, 5) = 252 < 20,000: still exact
-    assert stats.permutation_test(candidate, reference) == exact
-    monkeypatch.setattr(stats, "EXACT_LIMIT", 100)  # 252 > 100: 100 random draws
-    sampled = stats.permutation_test(candidate, reference, seed=3)
-    assert not sampled["exact"] and sampled["U"] == exact["U"]
-    assert abs(sampled["p_slower"] - exact["p_slower"]) < 0.1
-    assert stats.permutation_test(candidate, reference, seed=3) == sampled  # seeded
+def _enumerated(candidate, reference):
+    """The permutation test by brute force: U of every relabelling, the
+    candidate's pairs summed score by score."""
+    pooled = candidate + reference
+    n = len(candidate)
+
+    def u(members):
+        inside = set(members)
+        return sum(stats.gehan_score(pooled[i], pooled[j])
+                   for i in members for j in range(len(pooled)) if j not in inside)
+
+    observed = u(range(n))
+    all_u = [u(members) for members in itertools.combinations(range(len(pooled)), n)]
+    return observed, (sum(x >= observed for x in all_u) / len(all_u),
+                      sum(x <= observed for x in all_u) / len(all_u))
+
+
+def test_the_counted_p_equals_enumerating_every_relabelling():
+    rng = random.Random(11)
+    for _ in range(60):
+        sizes = rng.randint(1, 5), rng.randint(1, 5)
+        candidate, reference = ([Reach(rng.choice([1, 2, 3, 4, 5, 6]), rng.random() < 0.7)
+                                 for _ in range(size)] for size in sizes)
+        out = stats.permutation_test(candidate, reference)
+        observed, (p_slower, p_faster) = _enumerated(candidate, reference)
+        assert out["U"] == observed
+        assert out["p_slower"] == pytest.approx(p_slower)
+        assert out["p_faster"] == pytest.approx(p_faster)
+
+
+def test_large_groups_are_counted_exactly_and_fast():
+    """C(60, 30) ~ 1.2e17 relabellings: counted, not enumerated. Thirty
+    candidates all after thirty references are the one most extreme labelling."""
+    candidate = [Reach(1e6 + s, True) for s in range(30)]
+    reference = [Reach(s, True) for s in range(30)]
+    out = stats.permutation_test(candidate, reference)
+    assert out["U"] == 900
+    assert out["p_slower"] == 1 / math.comb(60, 30)
+    assert out["p_faster"] == 1.0
 
 
 def test_an_empty_group_is_refused():
