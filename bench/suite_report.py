@@ -168,25 +168,44 @@ def _every_run_ratio(async_steps: Optional[float], sync_steps: Optional[float],
     return f"{ratio} ({m(async_steps)} / {m(sync_steps)}{p})"
 
 
+def group_shift(candidate: Sequence[Dict[str, Any]], reference: Sequence[Dict[str, Any]],
+                curve: str, zoo: float) -> Dict[str, Dict[str, Any]]:
+    """threshold name -> ``candidate``'s runs against ``reference``'s on
+    ``curve`` (runs that never got there censored at their budget): both
+    groups' Kaplan-Meier medians, their ratio, how many runs got there, and
+    ``permutation_test``'s U, pairs, ``p_slower`` and ``p_faster``.
+    Thresholds nobody reached are left out."""
+    cells: Dict[str, Dict[str, Any]] = {}
+    for name, score in threshold_scores(zoo):
+        a = [reach(r, curve, score) for r in candidate]
+        b = [reach(r, curve, score) for r in reference]
+        if not any(x.reached for x in a + b):
+            continue
+        ma, mb = km_median(a), km_median(b)
+        cells[name] = {
+            "candidate_median": ma, "reference_median": mb,
+            "ratio_of_medians": None if ma is None or mb is None else round(ma / mb, 3),
+            "candidate_reached": sum(x.reached for x in a),
+            "reference_reached": sum(x.reached for x in b),
+            **permutation_test(a, b)}
+    return cells
+
+
 def mode_shift(results: Sequence[Dict[str, Any]], curve: str = "evaluations"
                ) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """env -> threshold name -> ``permutation_test`` of async's runs against
-    sync's (every seed of each mode, runs that never got there censored at
-    their budget): U, the pairs, ``p_slower`` (async's runs sit above sync's
-    more consistently than one config's seeds do) and ``p_faster``. Envs with
-    runs of one mode only and thresholds nobody reached are left out."""
+    """env -> threshold name -> ``group_shift`` of async's runs against
+    sync's (every seed of each mode): ``p_slower`` says async's runs sit
+    above sync's more consistently than one config's seeds do. Envs with runs
+    of one mode only are left out."""
     shifts: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for env, (_, zoo) in ZOO_PPO_SCORES.items():
         groups = {mode: [r for r in results
                          if r["env"] == env and r["mode"] == mode and curve in r]
                   for mode in MODES}
-        if not groups["sync"] or not groups["async"]:
-            continue
-        for name, score in threshold_scores(zoo):
-            cand = [reach(r, curve, score) for r in groups["async"]]
-            ref = [reach(r, curve, score) for r in groups["sync"]]
-            if any(x.reached for x in cand + ref):
-                shifts.setdefault(env, {})[name] = permutation_test(cand, ref)
+        if groups["sync"] and groups["async"]:
+            cells = group_shift(groups["async"], groups["sync"], curve, zoo)
+            if cells:
+                shifts[env] = cells
     return shifts
 
 

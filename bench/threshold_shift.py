@@ -38,8 +38,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench import benchlib
-from bench.censored_steps import km_median, permutation_test
-from bench.suite_report import CURVES, MODES, ZOO_PPO_SCORES, reach, threshold_scores
+from bench.suite_report import CURVES, MODES, ZOO_PPO_SCORES, group_shift
 
 
 def parse_group(spec: str) -> Tuple[str, str, List[str]]:
@@ -71,21 +70,8 @@ def compare(env: str, candidate: Sequence[Dict[str, Any]],
     for curve in CURVES:
         cand = [r for r in candidate if r.get(curve)]
         ref = [r for r in reference if r.get(curve)]
-        if not cand or not ref:
-            continue
-        cells = {}
-        for name, score in threshold_scores(ZOO_PPO_SCORES[env][1]):
-            a, b = [reach(r, curve, score) for r in cand], [reach(r, curve, score) for r in ref]
-            if not any(x.reached for x in a + b):
-                continue
-            ma, mb = km_median(a), km_median(b)
-            cells[name] = {
-                "candidate_median": ma, "reference_median": mb,
-                "ratio_of_medians": None if ma is None or mb is None else round(ma / mb, 3),
-                "candidate_reached": sum(x.reached for x in a),
-                "reference_reached": sum(x.reached for x in b),
-                **permutation_test(a, b)}
-        out[curve] = cells
+        if cand and ref:
+            out[curve] = group_shift(cand, ref, curve, ZOO_PPO_SCORES[env][1])
     return out
 
 
