@@ -11,8 +11,12 @@ compared).
 Resumable across sessions: each run lives in ``--root_dir/<env>_<mode>_s<seed>``
 and is resumed from its newest checkpoint when the bench runs again (the train
 command's own resume); a finished run is appended to ``--results`` and skipped
-afterwards. Wall times are the runs' training wall time (``wall_time`` of the
-metrics, summed over resumes, start-up excluded).
+afterwards. Run again with a larger ``--max_env_steps`` (the same ``--root_dir``),
+a finished run trains on from its last checkpoint to the new budget (the budget
+is a setting a resume may change) and a second row is appended; the report
+counts each run once, by its longest row (``suite_report.distinct_runs``).
+Wall times are the runs' training wall time (``wall_time`` of the metrics,
+summed over resumes, start-up excluded).
 
 Envs alone (``--envs_alone_steps``, 0 turns it off): just before a run trains,
 its env's envs step alone (random actions, no policy, no learner:
@@ -77,7 +81,8 @@ from alf_async.utils.process import usable_cores
 from bench import benchlib, children
 from bench.raw_env import RawSteppers
 from bench.suite_report import (CHECKPOINTS, MODES, WIDTH_CHECKPOINTS, ZOO_PPO_SCORES,
-                                eval_at, first_at_or_above, report, threshold_scores)
+                                distinct_runs, eval_at, first_at_or_above, report,
+                                threshold_scores)
 
 logger = logging.getLogger("bench")
 # batched steps each envs-alone stepper takes before its timed ones (process
@@ -291,7 +296,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for env in args.envs:
                     for mode in args.modes:
                         run_or_skip(env, mode, seed, args)
-    results = [row for path in args.results_files for row in benchlib.read_jsonl(path)]
+    results = distinct_runs([row for path in args.results_files
+                             for row in benchlib.read_jsonl(path)])
     if args.reanalyse:
         results = [reanalysed(row, args.root_dir) for row in results]
     benchlib.emit({"bench": "suite",

@@ -84,6 +84,44 @@ def reach(result: Dict[str, Any], curve: str, score: float) -> Reach:
     return Reach(float(stopped), False)
 
 
+BUDGET_PARAM = "Trainer.num_env_steps="  # the gin param a resume to a larger budget changes
+
+
+def _same_run_settings(row: Dict[str, Any]) -> tuple:
+    """What two rows of one run share whatever budget each was written at."""
+    params = tuple(p for p in row.get("gin_params", ()) if not p.startswith(BUDGET_PARAM))
+    return (row.get("env"), row.get("mode"), row.get("seed"), row.get("gin_file"), params,
+            row.get("eval_interval"), row.get("eval_episodes"), row.get("cpu_model"))
+
+
+def _extends(longer: Dict[str, Any], shorter: Dict[str, Any]) -> bool:
+    """Whether ``longer`` is ``shorter``'s run trained on to a larger budget:
+    the same settings but the budget, and each of ``shorter``'s curves the
+    start of ``longer``'s, point for point (env steps, wall s, return; a
+    resumed run keeps the points it logged, so two separate runs of one seed,
+    whose wall times differ, never match)."""
+    if _same_run_settings(longer) != _same_run_settings(shorter):
+        return False
+    if (longer.get("total_env_steps") or 0) <= (shorter.get("total_env_steps") or 0):
+        return False
+    for curve in CURVES:
+        short, long_ = shorter.get(curve) or [], longer.get(curve) or []
+        if len(short) > len(long_) or [list(p) for p in long_[:len(short)]] != [
+                list(p) for p in short]:
+            return False
+    return True
+
+
+def distinct_runs(results: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """``results`` with each run once: a row that a later row of the same run
+    extends (``bench/suite.py`` run again with a larger ``--max_env_steps``
+    resumes the run and appends a second row, in the same results file or
+    another) is dropped for the longest, so that a seed is not counted twice
+    in a median, a mean or a permutation test. Order kept otherwise."""
+    return [row for row in results
+            if not any(other is not row and _extends(other, row) for other in results)]
+
+
 def threshold_scores(zoo: float) -> List[tuple]:
     """(name, eval return) of the thresholds reported: the fixed ones, the
     zoo's score and 90% of it."""

@@ -3,7 +3,8 @@ each return threshold, beyond what seed noise gives? A two-sample permutation
 test on bench/suite.py's results files (no training here).
 
 A group is the runs of one mode read from one or more results files (for
-instance the sync rows of several sittings, or the async rows of a screen).
+instance the sync rows of several sittings, or the async rows of a screen;
+a run resumed to a larger budget counts once, by its longest row).
 Each run gives, per curve (``suite_report.CURVES``) and threshold
 (``suite_report.threshold_scores``), the env steps of its first point at or
 above the threshold, or, where it never got there, the env steps it stopped
@@ -38,7 +39,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench import benchlib
-from bench.suite_report import CURVES, MODES, ZOO_PPO_SCORES, group_shift
+from bench.suite_report import CURVES, MODES, ZOO_PPO_SCORES, distinct_runs, group_shift
 
 
 def parse_group(spec: str) -> Tuple[str, str, List[str]]:
@@ -52,14 +53,16 @@ def parse_group(spec: str) -> Tuple[str, str, List[str]]:
 
 
 def load_group(env: str, mode: str, files: Sequence[str]) -> List[Dict[str, Any]]:
-    """The results of ``env`` in ``mode`` from ``files`` (JSON lines of bench/suite.py)."""
+    """The results of ``env`` in ``mode`` from ``files`` (JSON lines of
+    bench/suite.py), each run once (``distinct_runs``: a run resumed to a
+    larger budget counts by its longest row)."""
     runs = []
     for path in files:
         if not os.path.isfile(path):
             raise ValueError(f"results file {path!r} does not exist")
         runs += [r for r in benchlib.read_jsonl(path)
                  if r.get("env") == env and r.get("mode") == mode]
-    return runs
+    return distinct_runs(runs)
 
 
 def compare(env: str, candidate: Sequence[Dict[str, Any]],

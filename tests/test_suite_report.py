@@ -327,3 +327,57 @@ def test_cpu_model_tells_apart_two_cpus_of_one_name(tmp_path):
     bare.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
     assert cpu_model(str(bare)) == "Some CPU"
     assert cpu_model(str(tmp_path / "missing")) not in ("", None)
+
+
+def _budget_row(seed: int, budget: int, wall_per_step: float = 1e-3, layout=()):
+    """A bench/suite.py row of an Ant sync run of ``seed`` trained to
+    ``budget`` env steps (evaluations and training curves every 50k)."""
+    curve = [[s, s * wall_per_step, s / 500.0] for s in range(50_000, budget + 1, 50_000)]
+    return {"env": "ant", "mode": "sync", "seed": seed, "evaluations": curve,
+            "training": curve, "total_env_steps": budget, "max_env_steps": budget,
+            "gin_file": "ppo_bullet_ant.gin", "eval_interval": 50_000, "eval_episodes": 10,
+            "gin_params": [f"Trainer.seed={seed}", f"Trainer.num_env_steps={budget}",
+                           *layout], "cpu_model": "cpu A"}
+
+
+def test_a_run_resumed_to_a_larger_budget_counts_once_by_its_longest_row():
+    """bench.suite run again with a larger --max_env_steps appends a second row
+    of the same run; medians and permutation tests must not count it twice."""
+    half, whole = _budget_row(6, 500_000), _budget_row(6, 1_000_000)
+    other_seed = _budget_row(7, 500_000)
+    assert suite.distinct_runs([half, other_seed, whole]) == [other_seed, whole]
+    assert suite.distinct_runs([whole, half]) == [whole]  # whichever file came first
+    # not the same run: a second run of the seed (its own wall times), another
+    # layout, another CPU model, a row whose points differ from the shorter one's
+    separate = _budget_row(6, 1_000_000, wall_per_step=2e-3)
+    layout = _budget_row(6, 1_000_000, layout=("Trainer.num_env_workers=0",))
+    machine = {**whole, "cpu_model": "cpu B"}
+    changed = {**whole, "evaluations": [[50_000, 50.0, 0.0]] + whole["evaluations"][1:]}
+    for row in (separate, layout, machine, changed):
+        assert suite.distinct_runs([half, row]) == [half, row]
+    # rows of one budget (a run listed twice by hand) are left as they are
+    assert suite.distinct_runs([whole, dict(whole)]) == [whole, dict(whole)]
+    summary = suite.summarize([half, whole, other_seed])  # without distinct_runs: 3
+    assert summary["ant"]["sync"]["runs"] == 3
+    assert suite.summarize(suite.distinct_runs([half, whole, other_seed]))[
+        "ant"]["sync"]["runs"] == 2
+
+
+def test_the_suite_table_counts_a_run_and_its_extension_once(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    first, second = tmp_path / "half.jsonl", tmp_path / "whole.jsonl"
+    first.write_text(json.dumps(_budget_row(6, 500_000)) + "\n"
+                     + json.dumps(_budget_row(7, 500_000)) + "\n", encoding="utf-8")
+    second.write_text(json.dumps(_budget_row(6, 1_000_000)) + "\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "bench.suite", "--table", "--results",
+                          f"{first},{second}"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sync = json.loads(out.stdout.strip().splitlines()[-1])["envs"]["ant"]["sync"]
+    assert sync["runs"] == 2 and sorted(sync["seeds"]) == [6, 7]
+    assert sync["reached_2000"] == 1  # only seed 6's 1M row gets to 2000 (at 1M)

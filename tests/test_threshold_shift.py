@@ -50,6 +50,23 @@ def test_the_command_reads_groups_from_results_files(tmp_path):
     assert "1500" not in candidate["curves"]["evaluations"]  # nobody got there
 
 
+def test_a_group_counts_a_run_resumed_to_a_larger_budget_once(tmp_path):
+    """The 0.5M row of a run in one file and its 1M row (the same run trained
+    on) in another: one run of the group, read at its longest."""
+    half = {**_result("sync", 6, 2_000_000, budget=500_000), "gin_params":
+            ["Trainer.seed=6", "Trainer.num_env_steps=500000"]}
+    whole = {**_result("sync", 6, 800_000), "gin_params":
+             ["Trainer.seed=6", "Trainer.num_env_steps=1000000"]}
+    files = []
+    for name, rows in (("half.jsonl", [half, _result("sync", 7, 300_000)]),
+                       ("whole.jsonl", [whole])):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        files.append(str(tmp_path / name))
+    group = shift.load_group("ant", "sync", files)
+    assert sorted((r["seed"], r["total_env_steps"]) for r in group) == [
+        (6, 1_000_000), (7, 1_000_000)]
+
+
 def test_a_group_spec_splits_at_the_first_equals_sign_and_the_at_sign():
     assert shift.parse_group("async@a.jsonl,b.jsonl") == ("async", "async", ["a.jsonl", "b.jsonl"])
     assert shift.parse_group("lag0=async@runs/x=1/r.jsonl") == ("lag0", "async",
