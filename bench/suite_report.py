@@ -113,11 +113,12 @@ def _extends(longer: Dict[str, Any], shorter: Dict[str, Any]) -> bool:
 
 
 def distinct_runs(results: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """``results`` with each run once: a row that a later row of the same run
+    """``results`` with each run once: a row that another row of the same run
     extends (``bench/suite.py`` run again with a larger ``--max_env_steps``
     resumes the run and appends a second row, in the same results file or
-    another) is dropped for the longest, so that a seed is not counted twice
-    in a median, a mean or a permutation test. Order kept otherwise."""
+    another) is dropped for the longest, whichever comes first, so that a
+    seed is not counted twice in a median, a mean or a permutation test.
+    Order kept otherwise."""
     return [row for row in results
             if not any(other is not row and _extends(other, row) for other in results)]
 
