@@ -386,3 +386,26 @@ def config_value(gin_file: str, gin_params: Sequence[str], name: str) -> Any:
         return gin.query_parameter(name)
     finally:
         gin.clear_config()
+
+
+def learning_bindings(run_dir: str) -> Dict[str, str]:
+    """The bindings of a run's saved ``config.gin`` that decide what it learns:
+    ``[scope/]Configurable.param`` -> value as gin text, leaving out the seed
+    and every binding a resume may change (the budget, N, K, W, evaluation,
+    the device: ``config_changes.RESUMABLE``). Two runs of one env and mode
+    with different dicts trained different configs; empty when the run has no
+    config.gin."""
+    import gin
+
+    from alf_async.config import parse_config
+    from alf_async.config_changes import binding_values, is_resumable
+
+    path = os.path.join(run_dir, "config.gin")
+    if not os.path.isfile(path):
+        return {}
+    parse_config([path])
+    try:
+        return {name: value for name, value in sorted(binding_values().items())
+                if not is_resumable(name) and name.split("/")[-1] != "Trainer.seed"}
+    finally:
+        gin.clear_config()

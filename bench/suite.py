@@ -45,16 +45,21 @@ envs-alone rates) or "async only" / "sync only" / null}}}, "seed_spread": {env:
 while the second did, "of": ordered pairs}}}}, "same_seed_spread": {env:
 {threshold: the same keys, for async's runs over the sync run of their seed}},
 "envs_time_ratios": {env: {seed: async's envs' time over sync's for the same
-env steps, stepping alone}}, "figures": [...]}. The same four keys "envs",
-"seed_ratios", "seed_spread" and "same_seed_spread" prefixed "training_"
-read the thresholds on the training return (the mean of the last 100 training
+env steps, stepping alone}}, "pooled_settings": {env: {mode: {binding: {value:
+[seeds]}}}} (only where one env and mode pools runs of different settings),
+"figures": [...]}. The same four keys "envs", "seed_ratios", "seed_spread" and
+"same_seed_spread" prefixed "training_" read the thresholds on the training return (the mean of the last 100 training
 episodes) instead of the deterministic evaluations; the policy's action std
 and entropy along each run are in its results line ("policy_width") and in the
 report's width table. A results line (one finished run) carries, besides its
 curves and figures, "envs_alone_steps_per_s" {"sync": env steps/s, "async":
 env steps/s}, "envs_alone_samples" (each repeat's steps/s), "envs_alone_layout"
 {mode: {"num_envs": N * K, "processes": N * max(W, 1)}} and "envs_alone_steps"
-(batched steps per measurement), unless the measurement was off.
+(batched steps per measurement), unless the measurement was off, and
+"learning_bindings" (``benchlib.learning_bindings``: the run's config.gin less
+the seed and what a resume may change; since 2026-12-06, filled in for older
+rows by ``--reanalyse`` where the run directory is still there): the report
+warns when one env and mode pools runs of different settings.
 
 Full study: python -m bench.suite --root_dir runs/suite            (~3 h a seed on 2 cores)
 One env:    python -m bench.suite --root_dir runs/suite --envs hopper --seeds 0
@@ -228,6 +233,8 @@ def analyse_run(env: str, mode: str, seed: int, run_dir: str) -> Dict[str, Any]:
     result["env_steps_per_s"] = (last["env_steps"] / last["wall_time"]
                                  if last.get("wall_time") else None)
     result["final_eval_return"] = evals[-1]["eval_return"] if evals else None
+    # what the run learned with, beyond its gin file's name (the file may change)
+    result["learning_bindings"] = benchlib.learning_bindings(run_dir)
     return result
 
 

@@ -24,7 +24,10 @@ return a user watches on the console (``training``: the mean return of the
 last 100 training episodes, each metrics row's ``episode_return``). The width
 of the policy (``policy_width``: action std and entropy at WIDTH_CHECKPOINTS)
 is tabled per run. Figures: eval return against env steps and against
-training time, one per env.
+training time, one per env. Two warnings close the tables: runs from several
+CPU models (``machines_note``) and one env and mode pooling runs trained with
+different settings (``settings_note``, from each row's ``learning_bindings``:
+a gin file's name stays while its bindings change).
 
 The zoo's numbers (DLR-RM/rl-baselines3-zoo, benchmark.md, PPO, 2M env steps,
 deterministic evaluation of the final agent over 150k env steps):
@@ -598,6 +601,69 @@ def machines_note(results: Sequence[Dict[str, Any]]) -> str:
             f"on different models: {', '.join(split) if split else 'none'}.")
 
 
+UNRECORDED = "(no settings recorded)"
+
+
+def pooled_settings(results: Sequence[Dict[str, Any]]
+                    ) -> Dict[str, Dict[str, Dict[str, Dict[str, List[int]]]]]:
+    """env -> mode -> binding -> its value text -> the seeds run with it, for
+    each binding whose value differs between the runs of one env and mode
+    (``learning_bindings``: what a run learned with; "(not bound)" where a run's
+    config leaves it to the default). Only envs and modes that pool runs of
+    different settings appear; rows without ``learning_bindings`` (written
+    before 2026-12-06) are listed under the binding UNRECORDED when other rows
+    of their env and mode have it."""
+    out: Dict[str, Dict[str, Dict[str, Dict[str, List[int]]]]] = {}
+    for env in sorted({r["env"] for r in results}):
+        for mode in MODES:
+            runs = [r for r in results if r["env"] == env and r["mode"] == mode]
+            known = [r for r in runs if "learning_bindings" in r]
+            if not known:
+                continue
+            differing: Dict[str, Dict[str, List[int]]] = {}
+            names = sorted({name for r in known for name in r["learning_bindings"]})
+            for name in names:
+                values = {r["learning_bindings"].get(name, "(not bound)") for r in known}
+                if len(values) > 1:
+                    differing[name] = {value: sorted(r["seed"] for r in known
+                                                     if r["learning_bindings"].get(
+                                                         name, "(not bound)") == value)
+                                       for value in sorted(values)}
+            unknown = sorted(r["seed"] for r in runs if "learning_bindings" not in r)
+            if unknown:
+                differing[UNRECORDED] = {"": unknown}
+            if differing:
+                out.setdefault(env, {})[mode] = differing
+    return out
+
+
+def settings_note(results: Sequence[Dict[str, Any]]) -> str:
+    """A warning per env and mode whose runs were trained with different
+    settings (``pooled_settings``): the tables above pool them. Empty when
+    each env and mode's runs agree."""
+    lines = []
+    for env, modes in pooled_settings(results).items():
+        for mode, differing in modes.items():
+            parts = []
+            for name, values in differing.items():
+                if name == UNRECORDED:
+                    seeds = values[""]
+                    parts.append(f"{_seeds_text(seeds)} "
+                                 f"record{'' if len(seeds) > 1 else 's'} no settings")
+                else:
+                    parts.append(f"{name} " + ", ".join(
+                        f"{value} ({_seeds_text(seeds)})"
+                        for value, seeds in values.items()))
+            lines.append(f"{env} {mode} pools runs of different settings: "
+                         + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    """'seed 3' or 'seeds 0, 2'."""
+    return f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(map(str, seeds))
+
+
 def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
            ) -> Dict[str, Any]:
     """Print the tables to stderr (and draw the figures into ``plot_dir``);
@@ -619,9 +685,10 @@ def report(results: Sequence[Dict[str, Any]], plot_dir: Optional[str] = None
     figures["envs_time_ratios"] = {env: {str(seed): ratio for seed, ratio in seeds.items()}
                                    for env, seeds in envs_time_ratios(results).items()}
     print(width_table(results), file=sys.stderr)
-    note = machines_note(results)
-    if note:
-        print(note, file=sys.stderr)
+    for note in (machines_note(results), settings_note(results)):
+        if note:
+            print(note, file=sys.stderr)
+    figures["pooled_settings"] = pooled_settings(results)
     figures["cpu_models"] = sorted({r["cpu_model"] for r in results if r.get("cpu_model")})
     figures["figures"] = plot(results, plot_dir) if plot_dir else []
     return figures

@@ -381,3 +381,75 @@ def test_the_suite_table_counts_a_run_and_its_extension_once(tmp_path):
     sync = json.loads(out.stdout.strip().splitlines()[-1])["envs"]["ant"]["sync"]
     assert sync["runs"] == 2 and sorted(sync["seeds"]) == [6, 7]
     assert sync["reached_2000"] == 1  # only seed 6's 1M row gets to 2000 (at 1M)
+
+
+def _write_config(run_dir, lines):
+    run_dir.mkdir()
+    (run_dir / "config.gin").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(run_dir)
+
+
+def test_learning_bindings_keep_what_a_run_learned_with_and_drop_seed_and_resumables(
+        tmp_path):
+    """A suite row records its run's config.gin less the seed and what a resume
+    may change, so two rows of one gin file name with different contents can be
+    told apart (the async Ant file changed its lag correction on 2026-12-06)."""
+    from bench import benchlib
+    from bench.suite import analyse_run
+
+    common = ["Trainer.env_name = 'HalfCheetahBulletEnv-v0'", "Trainer.num_envs = 16",
+              "PPOLearner.learning_rate = 0.0003"]
+    old = _write_config(tmp_path / "old", common + [
+        "Trainer.seed = 0", "Trainer.num_actors = 2", "Trainer.num_env_steps = 1000000",
+        "PPOLearner.lag_correction = 'vtrace_gae'"])
+    new = _write_config(tmp_path / "new", common + [
+        "Trainer.seed = 5", "Trainer.num_actors = 1", "Trainer.num_env_steps = 2000000",
+        "PPOLearner.lag_correction = 'decoupled'", "PPOLearner.device = 'cpu'"])
+    assert benchlib.learning_bindings(old) == {
+        "PPOLearner.lag_correction": "'vtrace_gae'", "PPOLearner.learning_rate": "0.0003",
+        "Trainer.env_name": "'HalfCheetahBulletEnv-v0'"}
+    assert benchlib.learning_bindings(new)["PPOLearner.lag_correction"] == "'decoupled'"
+    assert set(benchlib.learning_bindings(new)) == set(benchlib.learning_bindings(old))
+    assert benchlib.learning_bindings(str(tmp_path / "no_such_run")) == {}
+    (tmp_path / "new" / "metrics.jsonl").write_text("", encoding="utf-8")
+    result = analyse_run("half_cheetah", "async", 5, new)
+    assert result["learning_bindings"] == benchlib.learning_bindings(new)
+
+
+def test_the_report_warns_when_one_env_and_mode_pools_runs_of_different_settings(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    curve = [[500_000, 60.0, 1000.0]]
+
+    def row(mode, seed, lag=None):
+        bindings = {"Trainer.env_name": "'X'"}
+        if lag:
+            bindings["PPOLearner.lag_correction"] = lag
+        return {**_run(mode, seed, curve), "learning_bindings": bindings}
+
+    same = [row("sync", 0), row("sync", 1), row("async", 0, "'decoupled'")]
+    assert suite.pooled_settings(same) == {} and suite.settings_note(same) == ""
+    mixed = same + [row("async", 1, "'vtrace_gae'"), row("async", 2, "'decoupled'"),
+                    row("async", 3), _run("async", 4, curve)]
+    assert suite.pooled_settings(mixed) == {"half_cheetah": {"async": {
+        "PPOLearner.lag_correction": {"'decoupled'": [0, 2], "'vtrace_gae'": [1],
+                                      "(not bound)": [3]},
+        suite.UNRECORDED: {"": [4]}}}}
+    assert suite.settings_note(mixed) == (
+        "half_cheetah async pools runs of different settings: PPOLearner.lag_correction "
+        "'decoupled' (seeds 0, 2), 'vtrace_gae' (seed 1), (not bound) (seed 3); "
+        "seed 4 records no settings.")
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in mixed), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "bench.suite", "--table", "--results",
+                          str(path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["pooled_settings"]["half_cheetah"]["async"][
+        "PPOLearner.lag_correction"]["'vtrace_gae'"] == [1]
+    assert "half_cheetah async pools runs of different settings" in out.stderr
