@@ -639,8 +639,9 @@ def pooled_settings(results: Sequence[Dict[str, Any]]
 
 def settings_note(results: Sequence[Dict[str, Any]]) -> str:
     """A warning per env and mode whose runs were trained with different
-    settings (``pooled_settings``): the tables above pool them. Empty when
-    each env and mode's runs agree."""
+    settings (``pooled_settings``): the tables above pool them; or, where the
+    only difference is rows that record no settings, that they cannot be
+    checked. Empty when each env and mode's runs agree."""
     lines = []
     for env, modes in pooled_settings(results).items():
         for mode, differing in modes.items():
@@ -654,8 +655,12 @@ def settings_note(results: Sequence[Dict[str, Any]]) -> str:
                     parts.append(f"{name} " + ", ".join(
                         f"{value} ({_seeds_text(seeds)})"
                         for value, seeds in values.items()))
-            lines.append(f"{env} {mode} pools runs of different settings: "
-                         + "; ".join(parts) + ".")
+            if set(differing) == {UNRECORDED}:  # nothing known to differ
+                lines.append(f"{env} {mode}: {parts[0]}: not checked against the "
+                             f"other runs' settings.")
+            else:
+                lines.append(f"{env} {mode} pools runs of different settings: "
+                             + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 

@@ -443,6 +443,10 @@ def test_the_report_warns_when_one_env_and_mode_pools_runs_of_different_settings
         "half_cheetah async pools runs of different settings: PPOLearner.lag_correction "
         "'decoupled' (seeds 0, 2), 'vtrace_gae' (seed 1), (not bound) (seed 3); "
         "seed 4 records no settings.")
+    unknown = same + [_run("sync", 2, curve)]
+    assert suite.settings_note(unknown) == (
+        "half_cheetah sync: seed 2 records no settings: not checked against the other "
+        "runs' settings.")
     path = tmp_path / "mixed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in mixed), encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "bench.suite", "--table", "--results",
