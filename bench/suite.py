@@ -46,9 +46,10 @@ while the second did, "of": ordered pairs}}}}, "same_seed_spread": {env:
 {threshold: the same keys, for async's runs over the sync run of their seed}},
 "envs_time_ratios": {env: {seed: async's envs' time over sync's for the same
 env steps, stepping alone}}, "pooled_settings": {env: {mode: {binding: {value:
-[seeds]}}}} (only where one env and mode pools runs of different settings),
-"figures": [...]}. The same four keys "envs", "seed_ratios", "seed_spread" and
-"same_seed_spread" prefixed "training_" read the thresholds on the training return (the mean of the last 100 training
+[seeds]}}}} (only where one env and mode pools runs of different settings or
+rows without settings), "figures": [...]}. The same four keys "envs",
+"seed_ratios", "seed_spread" and "same_seed_spread" prefixed "training_" read
+the thresholds on the training return (the mean of the last 100 training
 episodes) instead of the deterministic evaluations; the policy's action std
 and entropy along each run are in its results line ("policy_width") and in the
 report's width table. A results line (one finished run) carries, besides its

@@ -602,6 +602,7 @@ def machines_note(results: Sequence[Dict[str, Any]]) -> str:
 
 
 UNRECORDED = "(no settings recorded)"
+NOT_BOUND = "(not bound)"  # a binding a run's config leaves to its default
 
 
 def pooled_settings(results: Sequence[Dict[str, Any]]
@@ -621,14 +622,14 @@ def pooled_settings(results: Sequence[Dict[str, Any]]
             if not known:
                 continue
             differing: Dict[str, Dict[str, List[int]]] = {}
-            names = sorted({name for r in known for name in r["learning_bindings"]})
-            for name in names:
-                values = {r["learning_bindings"].get(name, "(not bound)") for r in known}
-                if len(values) > 1:
-                    differing[name] = {value: sorted(r["seed"] for r in known
-                                                     if r["learning_bindings"].get(
-                                                         name, "(not bound)") == value)
-                                       for value in sorted(values)}
+            for name in sorted({name for r in known for name in r["learning_bindings"]}):
+                seeds_by_value: Dict[str, List[int]] = {}
+                for r in known:
+                    value = r["learning_bindings"].get(name, NOT_BOUND)
+                    seeds_by_value.setdefault(value, []).append(r["seed"])
+                if len(seeds_by_value) > 1:
+                    differing[name] = {value: sorted(seeds_by_value[value])
+                                       for value in sorted(seeds_by_value)}
             unknown = sorted(r["seed"] for r in runs if "learning_bindings" not in r)
             if unknown:
                 differing[UNRECORDED] = {"": unknown}
