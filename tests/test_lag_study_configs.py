@@ -1,6 +1,6 @@
 """bench/lag_study.py: every configuration of the study trains with the lag
 correction and the values its name says, whatever the gin file it starts from
-binds (the async HalfCheetah file binds vtrace_gae on recomputed values)."""
+binds (the async HalfCheetah file binds decoupled on recomputed values)."""
 
 from __future__ import annotations
 
