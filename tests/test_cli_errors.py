@@ -32,6 +32,10 @@ import pytest
 
 from alf_async.config import CONFIG_PATH_ENV, ConfigError, gin_search_path, parse_config
 
+# One worker runs this module, so its module fixtures train once rather than
+# once on each pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("cli_errors")
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = [sys.executable, "-m", "alf_async.bin.train"]
 PENDULUM = "--gin_file=ppo_bullet_inverted_pendulum.gin"

@@ -17,6 +17,10 @@ import pytest
 
 from conftest import REPO_ROOT
 
+# One worker runs this module, so its module fixtures train once rather than
+# once on each pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("packaging")
+
 SHIPPED_GIN = sorted(os.path.relpath(p, os.path.join(REPO_ROOT, "gin_configs"))
                      for p in glob.glob(os.path.join(REPO_ROOT, "gin_configs", "**", "*.gin"),
                                         recursive=True))

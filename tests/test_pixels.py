@@ -32,6 +32,10 @@ from reliability_helpers import train_in_this_process
 from scripted_policy import RightMovingDotPolicy
 from test_runtime_equivalence import run_pool, weights
 
+# One worker runs this module, so its module fixtures train once rather than
+# once on each pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("pixels")
+
 FRAME = ObservationSpec((9, 9, 1), "uint8")
 DOT_CONFIG = "ppo_image_dot_centering.gin"
 

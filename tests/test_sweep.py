@@ -18,6 +18,10 @@ from alf_async.sweep.runner import STATUS_FILE, is_finished, status_of_exit
 from conftest import REPO_ROOT, wait_until
 from sweep_helpers import SWEEP_COMMAND, read_summary, run, wait_for_training
 
+# One worker runs this module, so its module fixtures train once rather than
+# once on each pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("sweep")
+
 SWEEP = SWEEP_COMMAND
 TINY = ["Trainer.num_iterations=2", "Trainer.num_env_steps=0", "Trainer.unroll_length=16",
         "PPOLearner.num_epochs=1", "Trainer.checkpoint_interval=1"]
