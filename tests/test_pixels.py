@@ -313,6 +313,9 @@ def sac_dot_run(tmp_path_factory):
     return root
 
 
+# Its fixture's 4k-step SAC run: about 95 s on a quiet 2-core machine, 210 s
+# beside a long training run (the timeout counts the fixture's set-up).
+@pytest.mark.timeout(600)
 def test_sac_learns_the_image_env_from_uint8_replay(sac_dot_run):
     rows = _rows(sac_dot_run)
     returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
