@@ -38,7 +38,7 @@ from alf_async.envs.gym_env import make_env
 from alf_async.utils.shared_memory import list_blocks
 from reliability_helpers import kill_and_wait
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("batched_env")
 

@@ -32,7 +32,7 @@ import pytest
 
 from alf_async.config import CONFIG_PATH_ENV, ConfigError, gin_search_path, parse_config
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("cli_errors")
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("packaging")
 

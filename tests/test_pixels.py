@@ -32,7 +32,7 @@ from reliability_helpers import train_in_this_process
 from scripted_policy import RightMovingDotPolicy
 from test_runtime_equivalence import run_pool, weights
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("pixels")
 

@@ -16,7 +16,7 @@ from alf_async.playback.player import load_policy
 from alf_async.checkpoint import load_checkpoint_file
 from conftest import REPO_ROOT
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("play")
 

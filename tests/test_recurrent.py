@@ -274,7 +274,7 @@ def _best_late_return(root: str) -> float:
 
 
 @pytest.mark.slow
-# Three training runs one after the other: about 115 s on a quiet 2-core
+# Three training runs one after the other: 115-155 s on a quiet 2-core
 # machine, 300 s (pytest.ini's limit) beside a long training run.
 @pytest.mark.timeout(600)
 def test_memory_makes_the_masked_task_learnable_sync_and_async(tmp_path, train_cmd):

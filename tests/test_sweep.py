@@ -18,7 +18,7 @@ from alf_async.sweep.runner import STATUS_FILE, is_finished, status_of_exit
 from conftest import REPO_ROOT, wait_until
 from sweep_helpers import SWEEP_COMMAND, read_summary, run, wait_for_training
 
-# One worker runs this module, so its module fixtures train once rather than
+# One worker runs this module, so its module fixtures run once rather than
 # once on each pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("sweep")
 
