@@ -130,28 +130,36 @@ def test_the_command_exits_2_on_a_bad_space_before_anything_starts(tmp_path):
     assert not root.exists()
 
 
-def test_pruning_waits_a_third_of_the_budget_unless_told(tmp_path):
+def test_pruning_waits_a_third_of_the_budget_unless_told(tmp_path, capsys):
     """The returns of a run's first iterations are noise: by default a trial
-    is judged only from a third of its budget on; the flag overrides it."""
+    is judged only from a third of its budget on; the flags override it. The
+    command line once (its flags reach the search), the rest in this process."""
+    from alf_async.bin.sweep import SearchOptions, sweep
+
     command = search_command(tmp_path / "s", [LEARNING_RATES], 9000,
-                             ["--num_trials=2", "--dry_run"])
+                             ["--num_trials=2", "--dry_run", "--pruner=percentile",
+                              "--prune_percentile=25"])
     result = run(command)
     assert result.returncode == 0, result.stderr
-    assert "pruner median (from 3000 env steps of a trial and 2 complete trial(s) on)" \
-        in result.stdout
-    result = run(command + ["--prune_after_env_steps=0", "--pruner=successive_halving"])
-    assert result.returncode == 0, result.stderr
-    assert "pruner successive_halving (from 0 env steps" in result.stdout
-    result = run(command + ["--pruner=percentile", "--prune_percentile=25"])
-    assert result.returncode == 0, result.stderr
     assert "pruner percentile top 25% (from 3000 env steps" in result.stdout
-    result = run(command + ["--pruner=none"])
-    assert "pruner none\n" in result.stdout
+
+    def dry_run(**options):
+        code = sweep(str(tmp_path / "s"), ["ppo_cartpole.gin"], [LEARNING_RATES],
+                     TINY_CARTPOLE + ["Trainer.num_env_steps=9000"], dry_run=True,
+                     search=SearchOptions("optuna", 2, **options))
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    assert ("pruner median (from 3000 env steps of a trial and 2 complete trial(s) on)"
+            in dry_run())
+    assert "pruner successive_halving (from 0 env steps" in dry_run(
+        prune_after_env_steps=0, pruner="successive_halving")
+    assert "pruner none\n" in dry_run(pruner="none")
     # synchronous halving: by default two rungs, the budget / the factor and the budget
-    result = run(command + ["--pruner=halving"])
-    assert result.returncode == 0, result.stderr
     assert ("pruner halving (rungs at 2250, 9000 env steps; the best 1/4 of each rung "
-            "go on)") in result.stdout
+            "go on)") in dry_run(pruner="halving")
+    assert not (tmp_path / "s").exists()
 
 
 def test_percentile_pruner_keeps_only_the_top_percent(tmp_path):
@@ -366,21 +374,6 @@ def check_halving_study(root, stderr):
     return winner
 
 
-def test_halving_pauses_every_trial_at_a_rung_and_resumes_the_best(tmp_path):
-    root = str(tmp_path / "halving")
-    result = run(halving_command(root))
-    assert result.returncode == 0, result.stderr
-    assert "rungs at 4096, 8192, 12288 env steps; the best 1/2 of each rung go on" \
-        in result.stderr
-    winner = check_halving_study(root, result.stderr)
-    assert f"best trial: trial_{winner:04d}" in result.stdout
-    # no trial started before every trial of the rung before it had stopped
-    lines = result.stderr.splitlines()
-    first_resume = next(i for i, line in enumerate(lines) if ": resumed (" in line)
-    assert sum("; paused until every trial has reached it" in line
-               for line in lines[:first_resume]) == 4
-
-
 def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
     root = str(tmp_path / "halving")
     command = halving_command(root)
@@ -394,7 +387,9 @@ def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
 
     result = run(command)
     assert result.returncode == 0, result.stderr
-    check_halving_study(root, err + result.stderr)
+    assert "rungs at 4096, 8192, 12288 env steps; the best 1/2 of each rung go on" in err
+    winner = check_halving_study(root, err + result.stderr)
+    assert f"best trial: trial_{winner:04d}" in result.stdout
 
 
 def test_halving_brackets_draw_each_bracket_after_the_one_before(tmp_path):
@@ -404,7 +399,8 @@ def test_halving_brackets_draw_each_bracket_after_the_one_before(tmp_path):
     root = str(tmp_path / "brackets")
     result = run(halving_command(root) + ["--halving_brackets=2"])
     assert result.returncode == 0, result.stderr
-    assert "of each rung go on in 2 brackets drawn one after the other" in result.stderr
+    assert ("rungs at 4096, 8192, 12288 env steps; the best 1/2 of each rung go on in 2 "
+            "brackets drawn one after the other") in result.stderr
     study = load_study(root)
     states = [t.state.name for t in study.trials]
     assert len(states) == 4
@@ -415,3 +411,8 @@ def test_halving_brackets_draw_each_bracket_after_the_one_before(tmp_path):
     bracket_one_done = [i for i, line in enumerate(lines)
                         if re.search(r"trial_000[01]: final episode_return", line)]
     assert len(bracket_one_done) == 1 and bracket_one_done[0] < first_of_second
+    # no trial went on past a rung before every trial of its bracket had
+    # stopped there: both of the first bracket paused at rung 0 first
+    first_resume = next(i for i, line in enumerate(lines) if ": resumed (" in line)
+    assert sum("; paused until every trial has reached it" in line
+               for line in lines[:first_resume]) == 2
