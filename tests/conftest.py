@@ -4,6 +4,9 @@
 shared-memory blocks before a test and fails the test if new ones are still there
 a few seconds after it ends (a block left by a dead process counts in the pytest
 worker whose process tree the process was in: ``TreeWatcher``).
+
+Tests marked ``slow`` are skipped unless ``--slow`` (or a ``-m`` expression) is
+given: ``pytest_collection_modifyitems``.
 """
 
 from __future__ import annotations
@@ -120,6 +123,26 @@ def is_multiprocessing_service(proc: psutil.Process) -> bool:
         return parent is None or "forkserver" not in " ".join(parent.cmdline())
     except psutil.Error:
         return False
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the long end-to-end tests marked slow (skipped "
+                          "otherwise; -m slow runs them alone)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked slow unless --slow is given or a ``-m`` expression
+    chooses by marks itself (``-m slow``: the slow tests alone). The suite the
+    README runs then keeps to its time budget; each slow test runs at full
+    length a feature that faster tests of the suite also exercise."""
+    if config.getoption("--slow") or config.option.markexpr:
+        return
+    skip = pytest.mark.skip(reason="a long end-to-end test (marked slow): run it "
+                                   "with --slow, or -m slow for the slow tests alone")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -56,6 +56,7 @@ def run_soak(cmd, timeout_s: float):
     return stdout, stderr, proc.returncode
 
 
+@pytest.mark.slow  # each of its faults has its own test in tests/test_reliability_*
 @pytest.mark.timeout(700)
 def test_a_short_soak_with_faults_passes_every_verdict(tmp_path):
     out = tmp_path / "soak"

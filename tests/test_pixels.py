@@ -314,7 +314,10 @@ def sac_dot_run(tmp_path_factory):
 
 
 # Its fixture's 4k-step SAC run: about 95 s on a quiet 2-core machine, 210 s
-# beside a long training run (the timeout counts the fixture's set-up).
+# beside a long training run (the timeout counts the fixture's set-up). Slow:
+# the SAC image config's learning (the faster SAC pixel tests here check its
+# uint8 replay and its Hogwild workers on frames).
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sac_learns_the_image_env_from_uint8_replay(sac_dot_run):
     rows = _rows(sac_dot_run)

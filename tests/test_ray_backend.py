@@ -178,6 +178,7 @@ def test_killed_actor_is_restarted(cluster):
     assert generations == {0, 1}  # batches came from the replacement too
 
 
+@pytest.mark.slow  # the process backend's hung actor runs in the suite, Ray's killed one too
 def test_hung_actor_is_killed_and_restarted(cluster):
     pool = make_pool(2, actor_timeout_s=12.0)
     stopped = {}

@@ -284,6 +284,7 @@ def test_optuna_study_prunes_the_bad_learning_rate(tmp_path):
         assert "PPOLearner.learning_rate = 0.0025" in f.read()
 
 
+@pytest.mark.slow  # the halving search's Ctrl-C test resumes a search too
 def test_search_resumes_after_ctrl_c_without_losing_or_repeating_a_trial(tmp_path):
     root = str(tmp_path / "search")
     steps = 12288  # 12 iterations
@@ -392,6 +393,7 @@ def test_halving_resumes_after_ctrl_c_at_the_rung_it_was_at(tmp_path):
     assert f"best trial: trial_{winner:04d}" in result.stdout
 
 
+@pytest.mark.slow  # eight trainings; the one-bracket halving runs in the suite
 def test_halving_brackets_draw_each_bracket_after_the_one_before(tmp_path):
     """--halving_brackets=2: trials 0-1 halve (rungs 4096, 8192, 12288: one
     goes on at each), and trials 2-3 are drawn only once that bracket has
