@@ -26,25 +26,24 @@ def _config(slow_flag: bool, markexpr: str):
                            option=SimpleNamespace(markexpr=markexpr))
 
 
-def _skipped(slow_flag: bool, markexpr: str):
+def _skips(slow_flag: bool, markexpr: str):
+    """{test name: the reason of its skip mark} for a fast and a slow test."""
     items = [_Item("test_fast", slow=False), _Item("test_long", slow=True)]
     pytest_collection_modifyitems(_config(slow_flag, markexpr), items)
-    return {item.name for item in items
-            if any(m.name == "skip" for m in (getattr(x, "mark", x) for x in item.markers))}
+    return {item.name: marker.mark.kwargs["reason"] for item in items
+            for marker in item.markers if marker.mark.name == "skip"}
 
 
 def test_slow_tests_are_skipped_by_default_with_how_to_run_them():
-    assert _skipped(False, "") == {"test_long"}
-    items = [_Item("test_long", slow=True)]
-    pytest_collection_modifyitems(_config(False, ""), items)
-    (marker,) = items[0].markers
-    assert "--slow" in marker.mark.kwargs["reason"]
+    skips = _skips(False, "")
+    assert list(skips) == ["test_long"]
+    assert "--slow" in skips["test_long"]
 
 
 @pytest.mark.parametrize("slow_flag, markexpr", [(True, ""), (False, "slow"),
                                                  (False, "not slow")])
 def test_slow_flag_or_a_mark_expression_skips_nothing(slow_flag, markexpr):
-    assert _skipped(slow_flag, markexpr) == set()
+    assert _skips(slow_flag, markexpr) == {}
 
 
 def test_the_slow_mark_is_declared():
