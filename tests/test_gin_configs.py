@@ -89,6 +89,9 @@ ASYNC_LAG_BINDINGS = {"ppo_bullet_half_cheetah": DECOUPLED_UNTRUNCATED,
 # Async files that run the sync file's envs as two actors of half as many each
 # (the same envs in all, each iteration's batch half the sync one's).
 ASYNC_ENVS_SPLIT = ("ppo_bullet_walker2d", "ppo_bullet_hopper")
+# Async files that split the sync file's envs the same way with unrolls twice
+# as long (each iteration's batch as large as the sync one's).
+ASYNC_ENVS_SPLIT_LONGER_UNROLLS = ("ppo_bullet_ant",)
 
 
 @pytest.mark.parametrize("stem", [
@@ -113,12 +116,17 @@ def test_async_file_differs_from_sync_only_in_its_actors_and_lag_settings(stem, 
             gin.clear_config()
     sync, async_ = values[f"{stem}.gin"], values[f"async_{stem}.gin"]
     lag_bindings = ASYNC_LAG_BINDINGS.get(stem, {})
-    split = {"num_envs"} if stem in ASYNC_ENVS_SPLIT else set()
+    longer_unrolls = stem in ASYNC_ENVS_SPLIT_LONGER_UNROLLS
+    split = ({"num_envs"} if stem in ASYNC_ENVS_SPLIT else
+             {"num_envs", "unroll_length"} if longer_unrolls else set())
     assert {k for k in sync if sync[k] != async_.get(k)} == {"num_actors", *lag_bindings,
                                                                *split}
     assert (sync["num_actors"], async_["num_actors"]) == (1, 2)
     if split:
         assert async_["num_envs"] * async_["num_actors"] == sync["num_envs"]
+    if longer_unrolls:
+        assert (async_["num_envs"] * async_["unroll_length"]
+                == sync["num_envs"] * sync["unroll_length"])
     assert {k: async_[k] for k in lag_bindings} == lag_bindings
 
 
