@@ -8,8 +8,9 @@ default), each marked allowed or not:
 
 - allowed (how the run is carried out, not what it learns): the budget, the
   checkpoint and logging intervals, N, K, W, S, the backend and its Ray
-  settings, evaluation, fault tolerance, memory limits, threads and the
-  learners' device and precision (``RESUMABLE``);
+  settings, evaluation, fault tolerance, memory limits, threads, the
+  learners' device and precision and the image encoders' memory format
+  (``RESUMABLE``);
 - anything else (the env, the networks, the algorithm, the learner's
   hyperparameters, the seed) is refused by the train command, which names each
   with both values, unless ``--allow_config_change`` is given.
@@ -46,8 +47,9 @@ RESUMABLE = (
     "Replay.max_replay_memory_gb", "MetricsRecorder.*", "Checkpointer.*", "RayBackend.*",
     "KLWatch.*",
     "PPOLearner.device", "SACLearner.device",
-    # How the networks compute; checkpoints are float32 under either (utils.precision).
-    "PPOLearner.precision", "SACLearner.precision",
+    # How the networks compute; checkpoints are float32 under either (utils.precision)
+    # and load under either memory format (networks.encoders).
+    "PPOLearner.precision", "SACLearner.precision", "ImageEncoder.memory_format",
 )
 
 

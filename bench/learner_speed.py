@@ -17,6 +17,11 @@ For each network kind (``KINDS``) and each precision ("fp32", "bf16";
   same weights and observations, computed as the first minibatch of a sync
   iteration computes it (PPO kinds);
 - ``bf16_speedup``: fp32 seconds over bf16 seconds, learner and actor, per kind.
+- ``channels_last_speedup`` (image kinds, with ``--memory_formats
+  channels_last,contiguous``): the convolutions' memory format
+  (``ImageEncoder.memory_format``): "contiguous" seconds over "channels_last"
+  seconds, learner and actor, per kind and precision. The figures of every
+  format after the first listed are keyed "<precision>@<format>".
 
 Each time is the minimum over ``--repeats`` after one warm-up (oneDNN builds
 its kernels on the first call of each shape). The JSON line names the CPU (model
@@ -74,6 +79,7 @@ KINDS: Dict[str, tuple] = {
                     1, 1, 256),
 }
 PRECISIONS = ("fp32", "bf16")
+MEMORY_FORMATS = ("channels_last", "contiguous")  # ImageEncoder.memory_format
 
 
 def cpu_description() -> Dict[str, Any]:
@@ -154,11 +160,18 @@ def _log_ratio(learner: PPOLearner, batch: Dict[str, np.ndarray]) -> np.ndarray:
     return (log_prob - t["log_prob"].reshape(-1)).numpy()
 
 
-def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int) -> Dict[str, Any]:
+def is_image_kind(kind: str) -> bool:
+    return KINDS[kind][0].is_image
+
+
+def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int,
+                memory_format: str = MEMORY_FORMATS[0]) -> Dict[str, Any]:
     observation, action_spec, bindings, T, K, mini = KINDS[kind]
     gin.clear_config()
     for name, value in bindings.items():
         gin.bind_parameter(name, value)
+    if observation.is_image:
+        gin.bind_parameter("ImageEncoder.memory_format", memory_format)
     learner = PPOLearner(observation, action_spec, num_epochs=1, mini_batch_size=mini,
                          precision=precision, seed=0)
     policy = NeuralPolicy(observation, action_spec, seed=0)
@@ -178,6 +191,7 @@ def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int) -> Di
     return {"learner_s": learner_s, "gradient_step_ms": 1e3 * learner_s / steps,
             "gradient_steps": steps, "actor_s": actor_s,
             "actor_ms_per_step": 1e3 * actor_s / T, "T": T, "K": K,
+            **({"memory_format": memory_format} if observation.is_image else {}),
             "log_ratio_max": float(np.abs(ratio).max()),
             "log_ratio_std": float(ratio.std()),
             "auto_would_pick": choose_precision("PPOLearner", "auto", torch.device("cpu"),
@@ -231,6 +245,10 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--minibatches", type=int, default=4,
                         help="gradient steps of one timed learner iteration")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--memory_formats", default=MEMORY_FORMATS[0],
+                        help=f"comma-separated ImageEncoder.memory_format values of "
+                             f"{list(MEMORY_FORMATS)} for the image kinds (the first "
+                             f"gives the plain figures)")
     args = parser.parse_args(argv)
     benchlib.claim_stdout()
     benchlib.setup_logging()
@@ -240,23 +258,42 @@ def main(argv: List[str] = None) -> None:
     if unknown:
         parser.error(f"unknown --kinds {unknown}; choose from {list(KINDS)}")
     precisions = [p for p in args.precisions.split(",") if p]
+    formats = [f for f in args.memory_formats.split(",") if f]
+    if not formats or set(formats) - set(MEMORY_FORMATS):
+        parser.error(f"--memory_formats takes values of {list(MEMORY_FORMATS)}, "
+                     f"got {args.memory_formats!r}")
+
+    def key(precision: str, memory_format: str) -> str:
+        """The results' key of a precision's figures under a memory format."""
+        return precision if memory_format == formats[0] else f"{precision}@{memory_format}"
+
     results: Dict[str, Dict[str, Any]] = {}
     for kind in kinds:
         results[kind] = {}
         for precision in precisions:
-            benchlib.logger.info("%s, %s ...", kind, precision)
-            results[kind][precision] = (
-                measure_sac(precision, args.repeats, args.minibatches)
-                if kind == "sac_critics" else
-                measure_ppo(kind, precision, args.repeats, args.minibatches))
-            benchlib.logger.info("%s, %s: %s", kind, precision, results[kind][precision])
+            for memory_format in formats if is_image_kind(kind) else formats[:1]:
+                name = key(precision, memory_format)
+                benchlib.logger.info("%s, %s ...", kind, name)
+                results[kind][name] = (
+                    measure_sac(precision, args.repeats, args.minibatches)
+                    if kind == "sac_critics" else
+                    measure_ppo(kind, precision, args.repeats, args.minibatches,
+                                memory_format))
+                benchlib.logger.info("%s, %s: %s", kind, name, results[kind][name])
     gin.clear_config()
     speedup = {kind: {part: r["fp32"][f"{part}_s"] / r["bf16"][f"{part}_s"]
                       for part in ("learner", "actor")}
                for kind, r in results.items() if {"fp32", "bf16"} <= set(r)}
+    layout = {kind: {p: {part: r[key(p, "contiguous")][f"{part}_s"]
+                         / r[key(p, "channels_last")][f"{part}_s"]
+                         for part in ("learner", "actor")}
+                     for p in precisions}
+              for kind, r in results.items()
+              if is_image_kind(kind) and set(MEMORY_FORMATS) <= set(formats)}
     benchlib.emit({"bench": "learner_speed", "cpu": cpu_description(),
                    **benchlib.machine_info(), "threads": args.threads,
-                   "results": results, "bf16_speedup": speedup})
+                   "memory_formats": formats, "results": results, "bf16_speedup": speedup,
+                   **({"channels_last_speedup": layout} if layout else {})})
 
 
 if __name__ == "__main__":

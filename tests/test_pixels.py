@@ -137,6 +137,99 @@ def test_encoders_take_either_channel_order(shape, architecture, features):
                                     architecture.replace("auto", "nature"))
 
 
+def _conv_input_format(encoder: ImageEncoder, frames: torch.Tensor) -> torch.Tensor:
+    """What the first convolution of ``encoder`` receives for ``frames``."""
+    seen = []
+    hook = encoder.convs[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    try:
+        encoder(frames)
+    finally:
+        hook.remove()
+    return seen[0]
+
+
+@pytest.mark.parametrize("shape,architecture", [
+    ((4, 84, 84), "nature"), ((84, 84, 4), "nature"), ((84, 84), "nature"),
+    ((40, 40, 3), "impala")])
+def test_convolutions_run_channels_last_by_default_and_contiguous_on_request(shape,
+                                                                              architecture):
+    spec = ObservationSpec(shape, "uint8")
+    last = ImageEncoder(spec, architecture=architecture)
+    plain = ImageEncoder(spec, architecture=architecture, memory_format="contiguous")
+    plain.load_state_dict(last.state_dict())  # the same weights in either layout
+    convs = [m for m in last.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(m.weight.is_contiguous(memory_format=torch.channels_last)
+                         for m in convs)
+    # (a weight of one input channel is both; the later ones are not)
+    assert not all(m.weight.is_contiguous() for m in convs)
+    assert all(m.weight.is_contiguous() for m in plain.modules()
+               if isinstance(m, torch.nn.Conv2d))
+    frames = torch.randint(0, 256, (3,) + shape, dtype=torch.uint8)
+    x = _conv_input_format(last, frames)
+    assert x.dtype == torch.float32 and x.shape[0] == 3 and x.shape[1] == (
+        1 if len(shape) == 2 else 4 if shape[0] == 4 or shape[-1] == 4 else 3)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert x.shape[1] == 1 or not x.is_contiguous()
+    assert _conv_input_format(plain, frames).is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(last(frames), plain(frames), rtol=1e-3, atol=1e-4)
+
+
+def test_a_learner_keeps_its_convolutions_channels_last_through_training_and_loading():
+    learner = PPOLearner(FRAME, 3, mini_batch_size=16, num_epochs=1, seed=1)
+    conv = learner.model.encoder.convs[2]  # [32, 16, 3, 3]: 16 input channels
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (8, 4) + FRAME.shape).astype(np.uint8)  # [T, K, *O]
+    batch = {"observation": frames, "action": rng.integers(0, 3, (8, 4, 1)).astype(np.float32),
+             "log_prob": np.full((8, 4), -np.log(3), np.float32),
+             "value": np.zeros((8, 4), np.float32),
+             "reward": rng.standard_normal((8, 4)).astype(np.float32),
+             "terminated": np.zeros((8, 4), bool), "truncated": np.zeros((8, 4), bool),
+             "truncation_value": np.zeros((8, 4), np.float32),
+             "bootstrap_value": np.zeros(4, np.float32)}
+    before = conv.weight.detach().clone()
+    learner.train(batch)
+    assert not torch.equal(before, conv.weight)  # it trained
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    learner.load_state_dict(PPOLearner(FRAME, 3, seed=2).state_dict())
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_wrong_memory_format_is_refused_naming_the_setting():
+    with pytest.raises(ValueError, match=r"ImageEncoder.memory_format must be one of "
+                                         r"\('channels_last', 'contiguous'\), got 'nhwc'"):
+        ImageEncoder(FRAME, memory_format="nhwc")
+
+
+@pytest.mark.parametrize("saved,loaded", [("channels_last", "contiguous"),
+                                          ("contiguous", "channels_last")])
+def test_a_checkpoint_loads_under_either_memory_format(tmp_path, saved, loaded):
+    import gin
+
+    from alf_async.checkpoint import Checkpointer
+
+    def learner(memory_format, seed):
+        gin.bind_parameter("ImageEncoder.memory_format", memory_format)
+        try:
+            return PPOLearner(FRAME, 3, seed=seed)
+        finally:
+            gin.clear_config()
+
+    source = learner(saved, 1)
+    Checkpointer(str(tmp_path)).save({"learner": source.state_dict()}, 1)
+    state, _ = Checkpointer(str(tmp_path)).load_latest()  # weights_only
+    restored = learner(loaded, 2)
+    restored.load_state_dict(state["learner"])
+    conv = restored.model.encoder.convs[2].weight  # [32, 16, 3, 3]: 16 input channels
+    assert conv.is_contiguous(memory_format=torch.channels_last) == (loaded == "channels_last")
+    frames = torch.randint(0, 256, (5,) + FRAME.shape, dtype=torch.uint8)
+    actions = torch.randint(0, 3, (5, 1))
+    with torch.no_grad():
+        for a, b in zip(source.model.log_prob_and_value(frames, actions),
+                        restored.model.log_prob_and_value(frames, actions)):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
 def test_the_nature_network_refuses_frames_too_small_for_it():
     with pytest.raises(ValueError, match=r"'nature' needs frames of at least 36x36 pixels, "
                                          r"got 9x9; use 'small' or 'impala'"):

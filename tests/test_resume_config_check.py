@@ -49,6 +49,18 @@ def test_effective_values_are_compared_defaults_included():
         ("Trainer.num_iterations", "0", "7", True)]
 
 
+def test_an_image_encoders_memory_format_may_change_on_resume_its_architecture_not():
+    # Checkpoints load under either memory format (tests/test_pixels.py); the
+    # architecture is what the run learns with.
+    import alf_async.networks.encoders  # noqa: F401  (registers ImageEncoder: its defaults)
+
+    old = {"ImageEncoder.memory_format": "'contiguous'"}
+    new = {"ImageEncoder.architecture": "'impala'"}  # memory_format: the default again
+    assert [(c.name, c.old, c.new, c.allowed) for c in config_changes(old, new)] == [
+        ("ImageEncoder.architecture", "'auto'", "'impala'", False),
+        ("ImageEncoder.memory_format", "'contiguous'", "'channels_last'", True)]
+
+
 @pytest.mark.parametrize("binding,name", [
     ('Trainer.env_name="InvertedPendulumSwingupBulletEnv-v0"', "Trainer.env_name"),
     ("ActorNetwork.hidden_sizes=(16,)", "ActorNetwork.hidden_sizes"),
