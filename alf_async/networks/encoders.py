@@ -30,9 +30,9 @@ a colour frame (210, 160, 3). Set ``ImageEncoder.channels`` to "first" or
 Memory format (``ImageEncoder.memory_format``): "channels_last" (default)
 keeps the convolutions' weights and activations in torch's channels-last
 memory format (NHWC strides; the tensors' shapes stay [B, C, H, W], state
-dicts load either way, and the outputs agree to float32 rounding), the
-layout oneDNN's CPU convolutions run fastest in; "contiguous" keeps torch's
-default (NCHW) layout. (On a GPU neither was measured.)
+dicts load either way, and the outputs agree to float32 rounding), in
+which oneDNN's CPU convolutions ran faster on the CPU below; "contiguous"
+keeps torch's default (NCHW) layout. (On a GPU neither was measured.)
 Measured with ``bench/learner_speed.py --memory_formats
 channels_last,contiguous`` on an AVX2 CPU (AMD EPYC Zen 3, 2 threads,
 float32, two runs): a learner iteration 1.19-1.62x faster in channels-last
