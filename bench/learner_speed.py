@@ -50,6 +50,7 @@ from alf_async.algorithms.ppo_learner import PPOLearner
 from alf_async.algorithms.sac_learner import SACLearner
 from alf_async.algorithms.sac_policy import SACPolicy
 from alf_async.envs.spaces import ActionSpec, ObservationSpec
+from alf_async.networks.encoders import MEMORY_FORMATS
 from alf_async.reporting.machine import cpu_model
 from alf_async.runtime.trajectory import allocate_trajectory
 from alf_async.utils.precision import choose_precision, cpu_bf16_flags
@@ -79,7 +80,6 @@ KINDS: Dict[str, tuple] = {
                     1, 1, 256),
 }
 PRECISIONS = ("fp32", "bf16")
-MEMORY_FORMATS = ("channels_last", "contiguous")  # ImageEncoder.memory_format
 
 
 def cpu_description() -> Dict[str, Any]:
@@ -161,6 +161,7 @@ def _log_ratio(learner: PPOLearner, batch: Dict[str, np.ndarray]) -> np.ndarray:
 
 
 def is_image_kind(kind: str) -> bool:
+    """Whether ``kind``'s network has an image encoder (a memory format to set)."""
     return KINDS[kind][0].is_image
 
 
