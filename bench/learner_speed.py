@@ -20,8 +20,12 @@ For each network kind (``KINDS``) and each precision ("fp32", "bf16";
 - ``channels_last_speedup`` (image kinds, with ``--memory_formats
   channels_last,contiguous``): the convolutions' memory format
   (``ImageEncoder.memory_format``): "contiguous" seconds over "channels_last"
-  seconds, learner and actor, per kind and precision. The figures of every
-  format after the first listed are keyed "<precision>@<format>".
+  seconds, learner and actor, per kind and precision, measured interleaved:
+  two learners and two policies, one per format, from the same weights,
+  timed call by call in alternation for ``--repeats`` rounds, so that a
+  machine whose speed drifts (a shared VM) moves both sides alike; the
+  median of the rounds' ratios and their range. The per-format figures of
+  every format after the first listed are keyed "<precision>@<format>".
 
 Each time is the minimum over ``--repeats`` after one warm-up (oneDNN builds
 its kernels on the first call of each shape). The JSON line names the CPU (model
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import time
 from typing import Any, Callable, Dict, List
 
@@ -165,8 +170,10 @@ def is_image_kind(kind: str) -> bool:
     return KINDS[kind][0].is_image
 
 
-def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int,
-                memory_format: str = MEMORY_FORMATS[0]) -> Dict[str, Any]:
+def _ppo_parts(kind: str, precision: str, minibatches: int,
+               memory_format: str = MEMORY_FORMATS[0]):
+    """A learner of ``kind`` (seed 0), a policy with its weights and a batch
+    [batch_T, K] that policy acted."""
     observation, action_spec, bindings, T, K, mini = KINDS[kind]
     gin.clear_config()
     for name, value in bindings.items():
@@ -181,6 +188,14 @@ def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int,
     batch_T = max(T, mini * minibatches // K)
     batch = _acted_batch(policy, observation, action_spec.dim, batch_T, K,
                          learner.state_size, rng)
+    return learner, policy, batch
+
+
+def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int,
+                memory_format: str = MEMORY_FORMATS[0]) -> Dict[str, Any]:
+    observation, action_spec, bindings, T, K, mini = KINDS[kind]
+    learner, policy, batch = _ppo_parts(kind, precision, minibatches, memory_format)
+    batch_T = len(batch["reward"])
     ratio = _log_ratio(learner, batch)
     # Timed as a sync iteration: the batch acted by the learner's current weights.
     learner_s = best_time(lambda: learner.train(batch, behaviour_version=learner.iteration),
@@ -197,6 +212,37 @@ def measure_ppo(kind: str, precision: str, repeats: int, minibatches: int,
             "log_ratio_std": float(ratio.std()),
             "auto_would_pick": choose_precision("PPOLearner", "auto", torch.device("cpu"),
                                                 learner.model).name}
+
+
+def interleaved_layout_speedup(kind: str, precision: str, rounds: int,
+                               minibatches: int) -> Dict[str, Any]:
+    """"contiguous" seconds over "channels_last" seconds for an image kind's
+    learner iteration and actor unroll, the two formats timed in alternation
+    (the order swapped each round, after one untimed round): the median of
+    ``rounds`` ratios and their [min, max]."""
+    T = KINDS[kind][3]
+    parts = {f: _ppo_parts(kind, precision, minibatches, f) for f in MEMORY_FORMATS}
+    times: Dict[str, Dict[str, List[float]]] = {f: {"learner": [], "actor": []}
+                                                for f in MEMORY_FORMATS}
+    for r in range(rounds + 1):
+        for memory_format in MEMORY_FORMATS if r % 2 else MEMORY_FORMATS[::-1]:
+            learner, policy, batch = parts[memory_format]
+            start = time.perf_counter()
+            learner.train(batch, behaviour_version=learner.iteration)
+            trained = time.perf_counter()
+            with one_thread():
+                _unroll(policy, batch["observation"][:T], learner.state_size)
+            if r:  # round 0 warms both up
+                times[memory_format]["learner"].append(trained - start)
+                times[memory_format]["actor"].append(time.perf_counter() - trained)
+    gin.clear_config()
+    out: Dict[str, Any] = {"rounds": rounds}
+    for part in ("learner", "actor"):
+        ratios = [c / l for c, l in zip(times["contiguous"][part],
+                                        times["channels_last"][part])]
+        out[part] = statistics.median(ratios)
+        out[f"{part}_range"] = [min(ratios), max(ratios)]
+    return out
 
 
 def measure_sac(precision: str, repeats: int, minibatches: int) -> Dict[str, Any]:
@@ -285,12 +331,14 @@ def main(argv: List[str] = None) -> None:
     speedup = {kind: {part: r["fp32"][f"{part}_s"] / r["bf16"][f"{part}_s"]
                       for part in ("learner", "actor")}
                for kind, r in results.items() if {"fp32", "bf16"} <= set(r)}
-    layout = {kind: {p: {part: r[key(p, "contiguous")][f"{part}_s"]
-                         / r[key(p, "channels_last")][f"{part}_s"]
-                         for part in ("learner", "actor")}
-                     for p in precisions}
-              for kind, r in results.items()
-              if is_image_kind(kind) and set(MEMORY_FORMATS) <= set(formats)}
+    layout: Dict[str, Dict[str, Any]] = {}
+    if set(MEMORY_FORMATS) <= set(formats):
+        for kind in filter(is_image_kind, kinds):
+            for precision in precisions:
+                benchlib.logger.info("%s, %s: the formats interleaved ...", kind, precision)
+                layout.setdefault(kind, {})[precision] = interleaved_layout_speedup(
+                    kind, precision, args.repeats, args.minibatches)
+                benchlib.logger.info("%s, %s: %s", kind, precision, layout[kind][precision])
     benchlib.emit({"bench": "learner_speed", "cpu": cpu_description(),
                    **benchlib.machine_info(), "threads": args.threads,
                    "memory_formats": formats, "results": results, "bf16_speedup": speedup,

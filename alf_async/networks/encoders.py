@@ -35,11 +35,12 @@ which oneDNN's CPU convolutions ran faster on the CPU below; "contiguous"
 keeps torch's default (NCHW) layout. (On a GPU neither was measured.)
 Measured with ``bench/learner_speed.py --memory_formats
 channels_last,contiguous`` on an AVX2 CPU (AMD EPYC Zen 3, 2 threads,
-float32, two runs): a learner iteration 1.19-1.62x faster in channels-last
-for the Nature CNN and 1.28-1.39x for the IMPALA CNN; an actor's inference
-the same for the Nature CNN (0.96-1.07x) and 1.81-1.97x faster for the
-IMPALA CNN (docs/pixels.md). Under bfloat16 the first convolution's input
-was channels-last before this setting existed; its weights were not.
+float32; the two layouts timed in alternation): a learner iteration
+1.07-1.28x faster in channels-last for the Nature CNN (medians of two runs)
+and 1.41x for the IMPALA CNN; an actor's inference about 5% slower for the
+Nature CNN (0.95-0.96x) and 1.78x faster for the IMPALA CNN
+(docs/pixels.md). Under bfloat16 the first convolution's input was
+channels-last before this setting existed; its weights were not.
 """
 
 from __future__ import annotations
